@@ -1,0 +1,187 @@
+import type { CreditRequest, Grant, Report, ReportBatch } from './protocol/messages.js';
+import { phaseOffset, windowEndMs } from './window.js';
+
+/** Settings of the owner side of the protocol. */
+export interface FoldOwnerConfig {
+  /** Fencing token of this owner; grants carry it. */
+  readonly ownerEpoch: number;
+  /** Headroom h applied to advertised demand. */
+  readonly headroom: number;
+  /** Reserve R as a fraction of the allowance, released once per key per window, fast path only. */
+  readonly reserveRatio: number;
+  /** Round length T; ledgers live until window end + 2 rounds. */
+  readonly roundMs: number;
+  /** Live fleet size, for the size of a first grant. */
+  readonly fleetSize: () => number;
+}
+
+/** One node epoch's lease in one ledger. */
+interface Lease {
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  issued: number;
+  grantSeq: number;
+  /** Spend from the highest-seq report merged so far (cumulative). */
+  spent: number;
+  seq: number;
+  demand: number;
+}
+
+/** The owner's account of one (key id, window id). */
+interface Ledger {
+  readonly keyId: string;
+  readonly windowId: number;
+  readonly windowMs: number;
+  readonly windowEnd: number;
+  allowance: number;
+  issuedTotal: number;
+  reserveReleased: boolean;
+  readonly leases: Map<string, Lease>;
+}
+
+/** Thrown if a grant would break sum(issued) ≤ allowance; it must be unreachable. */
+export class InvariantViolation extends Error {}
+
+/**
+ * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit.
+ * It merges reports by (key, window, node epoch) — max seq wins inside an epoch, epochs add up — and
+ * never issues more than the window's allowance, reserve included (L2). Pure: no timers, no I/O.
+ */
+export class FoldOwner {
+  private readonly ledgers = new Map<string, Ledger>();
+  /** Counters read by metrics and tests. */
+  readonly stats = { grants: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
+
+  constructor(private readonly cfg: FoldOwnerConfig) {}
+
+  /** Answers a credit request with a grant, or undefined when nothing can be issued. */
+  onCreditRequest(req: CreditRequest): Grant | undefined {
+    const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
+    const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch);
+    lease.demand = Math.max(lease.demand, req.demand);
+    const held = lease.issued - lease.spent;
+    const firstShare = lease.grantSeq === 0 ? Math.ceil(ledger.allowance / Math.max(1, this.cfg.fleetSize())) : 0;
+    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held, firstShare);
+    let amount = Math.min(want, this.pool(ledger));
+    if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
+      const reserve = this.reserveOf(ledger);
+      if (reserve > 0) {
+        ledger.reserveReleased = true;
+        this.stats.reserveReleases++;
+        amount += Math.min(reserve, ledger.allowance - ledger.issuedTotal - amount);
+      }
+    }
+    return amount > 0 ? this.issue(ledger, lease, amount) : undefined;
+  }
+
+  /** Folds one node's round batch; returns top-up grants for buckets whose demand outruns their credit. */
+  onReports(batch: ReportBatch): Grant[] {
+    const grants: Grant[] = [];
+    for (const r of batch.reports) {
+      const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+      const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch);
+      if (!this.merge(lease, r)) continue;
+      const held = lease.issued - lease.spent;
+      const target = Math.ceil(r.demand * this.cfg.headroom);
+      if (r.demand > 0 && held < target) {
+        const amount = Math.min(target - held, this.pool(ledger));
+        if (amount > 0) grants.push(this.issue(ledger, lease, amount));
+      }
+    }
+    return grants;
+  }
+
+  /** Drops ledgers of windows that ended more than two rounds ago. */
+  sweep(nowMs: number): void {
+    for (const [k, l] of this.ledgers) if (l.windowEnd + 2 * this.cfg.roundMs <= nowMs) this.ledgers.delete(k);
+  }
+
+  /** Total credit issued for a (key, window) — what L2 bounds. */
+  issued(keyId: string, windowMs: number, windowId: number): number {
+    return this.ledgers.get(ledgerKey(keyId, windowMs, windowId))?.issuedTotal ?? 0;
+  }
+
+  /** Admissions merged from reports for a (key, window), summed over node epochs. */
+  spent(keyId: string, windowMs: number, windowId: number): number {
+    const l = this.ledgers.get(ledgerKey(keyId, windowMs, windowId));
+    let sum = 0;
+    if (l) for (const lease of l.leases.values()) sum += lease.spent;
+    return sum;
+  }
+
+  /** Number of ledgers held. */
+  get size(): number {
+    return this.ledgers.size;
+  }
+
+  /** Max seq wins within a node epoch; a lower or equal seq is a duplicate or reordered entry. */
+  private merge(lease: Lease, r: Report): boolean {
+    if (r.seq <= lease.seq) {
+      this.stats.reportsStale++;
+      return false;
+    }
+    lease.seq = r.seq;
+    lease.spent = Math.max(lease.spent, r.spent);
+    lease.demand = r.demand;
+    this.stats.reportsMerged++;
+    return true;
+  }
+
+  private issue(ledger: Ledger, lease: Lease, amount: number): Grant {
+    if (ledger.issuedTotal + amount > ledger.allowance) {
+      throw new InvariantViolation(
+        `grant of ${amount} would raise issued credit to ${ledger.issuedTotal + amount} > allowance ${ledger.allowance}`,
+      );
+    }
+    ledger.issuedTotal += amount;
+    lease.issued += amount;
+    lease.grantSeq++;
+    this.stats.grants++;
+    return {
+      keyId: ledger.keyId,
+      windowId: ledger.windowId,
+      windowMs: ledger.windowMs,
+      nodeId: lease.nodeId,
+      nodeEpoch: lease.nodeEpoch,
+      grantSeq: lease.grantSeq,
+      ownerEpoch: this.cfg.ownerEpoch,
+      issued: lease.issued,
+    };
+  }
+
+  /** Unissued allowance outside the reserve (the reserve is only for the fast path). */
+  private pool(l: Ledger): number {
+    const reserve = l.reserveReleased ? 0 : this.reserveOf(l);
+    return Math.max(0, l.allowance - reserve - l.issuedTotal);
+  }
+
+  private reserveOf(l: Ledger): number {
+    return Math.floor(l.allowance * this.cfg.reserveRatio);
+  }
+
+  private ledgerFor(keyId: string, windowId: number, windowMs: number, limit: number): Ledger {
+    const k = ledgerKey(keyId, windowMs, windowId);
+    let l = this.ledgers.get(k);
+    if (l === undefined) {
+      const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
+      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, issuedTotal: 0, reserveReleased: false, leases: new Map() };
+      this.ledgers.set(k, l);
+    }
+    // A policy change mid-window moves the allowance; credit already issued stays issued.
+    l.allowance = limit;
+    return l;
+  }
+
+  private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string): Lease {
+    let lease = l.leases.get(nodeEpoch);
+    if (lease === undefined) {
+      lease = { nodeId, nodeEpoch, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
+      l.leases.set(nodeEpoch, lease);
+    }
+    return lease;
+  }
+}
+
+function ledgerKey(keyId: string, windowMs: number, windowId: number): string {
+  return `${keyId}|${windowMs}|${windowId}`;
+}

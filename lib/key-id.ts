@@ -1,0 +1,69 @@
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
+import { ConfigError, type Problem } from './errors.js';
+
+/** One version of the key-hashing secret. */
+export interface HashKeyVersion {
+  /** Version label used as the key id prefix, e.g. `v1`. */
+  readonly version: string;
+  /** The HMAC secret (at least 16 bytes). */
+  readonly secret: string | Buffer;
+}
+
+const VERSION = /^v[0-9]{1,6}$/;
+/** Base64url characters of HMAC-SHA-256 kept in a key id: 22 chars = 132 bits. */
+const ID_CHARS = 22;
+
+/** Shape of a key id: `v<N>:` followed by the truncated base64url HMAC. */
+export const KEY_ID_PATTERN = /^v[0-9]{1,6}:[A-Za-z0-9_-]{22}$/;
+
+/**
+ * Turns raw API keys into key ids: a version prefix plus a keyed hash (HMAC-SHA-256). The raw key
+ * never leaves the request; only key ids reach buckets, the bus, logs and metrics. Old versions are
+ * kept so that events recorded under them can still be found (subject access, erasure).
+ */
+export class KeyHasher {
+  readonly current: string;
+  private readonly keys: ReadonlyMap<string, KeyObject>;
+
+  /**
+   * @param versions every retained secret version
+   * @param current the version new key ids are made with (defaults to the highest version)
+   */
+  constructor(versions: readonly HashKeyVersion[], current?: string) {
+    const problems: Problem[] = [];
+    const keys = new Map<string, KeyObject>();
+    if (versions.length === 0) problems.push({ path: 'keyHash.versions', message: 'must list at least one version' });
+    versions.forEach((v, i) => {
+      if (!VERSION.test(v.version)) problems.push({ path: `keyHash.versions.${i}.version`, message: 'must look like v1, v2, …' });
+      else if (keys.has(v.version)) problems.push({ path: `keyHash.versions.${i}.version`, message: `duplicate version ${v.version}` });
+      const len = typeof v.secret === 'string' ? Buffer.byteLength(v.secret) : v.secret?.length ?? 0;
+      if (len < 16) problems.push({ path: `keyHash.versions.${i}.secret`, message: 'must be at least 16 bytes' });
+      else keys.set(v.version, createSecretKey(typeof v.secret === 'string' ? Buffer.from(v.secret) : v.secret));
+    });
+    const chosen = current ?? [...keys.keys()].sort((a, b) => Number(b.slice(1)) - Number(a.slice(1)))[0];
+    if (chosen !== undefined && !keys.has(chosen)) problems.push({ path: 'keyHash.current', message: `unknown version ${chosen}` });
+    if (problems.length) throw new ConfigError(problems, 'invalid key hashing configuration');
+    this.keys = keys;
+    this.current = chosen as string;
+  }
+
+  /** Key id of `raw` under the current version. */
+  hash(raw: string): string {
+    return this.hashWith(this.current, raw);
+  }
+
+  /** Key ids of `raw` under every retained version (for subject access and erasure). */
+  hashAll(raw: string): string[] {
+    return [...this.keys.keys()].map((v) => this.hashWith(v, raw));
+  }
+
+  /** Retained versions. */
+  versions(): string[] {
+    return [...this.keys.keys()];
+  }
+
+  private hashWith(version: string, raw: string): string {
+    const key = this.keys.get(version) as KeyObject;
+    return `${version}:${createHmac('sha256', key).update(raw).digest('base64url').slice(0, ID_CHARS)}`;
+  }
+}

@@ -1,0 +1,67 @@
+import { fnv1a32 } from '../hash.js';
+
+/**
+ * Messages of the leasing protocol. Counts are cumulative per (key id, window id, node epoch), never
+ * deltas, so a duplicate or a reordered message can never add credit or spend twice.
+ */
+
+/** A node asks a shard's owner for credit (first sight of a key in a window, or the fast path). */
+export interface CreditRequest {
+  readonly keyId: string;
+  readonly windowId: number;
+  readonly windowMs: number;
+  /** The window's allowance as the node's policy states it. */
+  readonly limit: number;
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  /** Credit needed now to admit the waiting request. */
+  readonly need: number;
+  /** Requests the node expects for this bucket over the next rounds. */
+  readonly demand: number;
+  /** True on the fast path: only such requests may draw on the reserve. */
+  readonly fastPath: boolean;
+}
+
+/** Credit issued by a shard owner. `issued` is the cumulative credit this node epoch holds from it. */
+export interface Grant {
+  readonly keyId: string;
+  readonly windowId: number;
+  readonly windowMs: number;
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  /** Grows with every grant to this (key, window, node epoch); applied at most once. */
+  readonly grantSeq: number;
+  /** Fencing token of the owner that issued it; a grant from an older owner is rejected. */
+  readonly ownerEpoch: number;
+  readonly issued: number;
+}
+
+/** One bucket's state as a node reports it each round. */
+export interface Report {
+  readonly keyId: string;
+  readonly windowId: number;
+  readonly windowMs: number;
+  readonly limit: number;
+  /** Monotonic within a node epoch; the highest wins when reports are merged. */
+  readonly seq: number;
+  /** Cumulative admissions of this node epoch in the window. */
+  readonly spent: number;
+  readonly demand: number;
+  /** Credit the node holds and has not spent. */
+  readonly held: number;
+  readonly selfGrant: boolean;
+}
+
+/** Everything one node reports for one shard in one round: one bus entry. */
+export interface ReportBatch {
+  readonly shard: number;
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  readonly round: number;
+  readonly reports: readonly Report[];
+}
+
+/** Shard of a bucket: `hash(keyId, windowId) mod shards`, the same on every node. */
+export function shardOf(keyId: string, windowId: number, shards: number): number {
+  return ((fnv1a32(keyId) ^ Math.imul(windowId | 0, 0x9e3779b1)) >>> 0) % shards;
+}

@@ -1,0 +1,151 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import Joi from 'joi';
+import type { Request } from 'express';
+import type { Logger } from 'pino';
+import type { Bus } from '../bus/types.js';
+import { systemClock, type Clock } from '../lib/clock.js';
+import { ConfigError, PolicyError, type Problem } from '../lib/errors.js';
+import type { HashKeyVersion } from '../lib/key-id.js';
+import { CompiledPolicy, compilePolicy, type PolicyDoc } from '../lib/policy.js';
+import type { SubSecondMode } from '../lib/retry-after.js';
+import { joiProblems } from '../lib/validate.js';
+
+/** The authenticated caller as the application's auth layer established it. */
+export interface Identity {
+  /** The API key or authenticated principal; hashed at once, never stored. */
+  readonly principal: string;
+  /** The caller's tenant (account); used for plan lookup and tenant fairness, never shown to others. */
+  readonly tenant: string;
+}
+
+/** Options of `rateLimiter()`. */
+export interface RateLimiterOptions {
+  /** Plans, per-key overrides, route classes and capacity; a document (validated here) or a compiled policy. */
+  policy: PolicyDoc | CompiledPolicy;
+  /**
+   * Returns the caller the auth layer authenticated, or undefined for an unauthenticated caller, who is
+   * limited in the anonymous class (network range + route class).
+   */
+  identify: (req: Request) => Identity | undefined;
+  /** Route class of a request: a name or a function. @default 'default' */
+  routeClass?: string | ((req: Request) => string);
+  /**
+   * Secrets for key ids (HMAC). Required when the bus is shared between nodes, since every node must
+   * derive the same key id. @default a random secret for this process (standalone only)
+   */
+  keyHash?: { versions: HashKeyVersion[]; current?: string };
+  /** Name of this node in reports, logs and health. @default `${hostname}-${pid}` */
+  nodeId?: string;
+  /** Bus between nodes and shard owners. @default an in-memory bus: a fleet of one */
+  bus?: Bus;
+  /** Number of key shards (one bus stream each). @default 64 */
+  shards?: number;
+  /** Bucket map cap per node. @default 50000 */
+  maxBuckets?: number;
+  /** Reconciliation round T in ms. @default 25 */
+  roundMs?: number;
+  /** Hard deadline of the fast path in ms. @default 1 */
+  fastPathDeadlineMs?: number;
+  /** Headroom h on advertised demand. @default 1.25 */
+  headroom?: number;
+  /** Reserve R as a fraction of each window's allowance. @default 0.02 */
+  reserveRatio?: number;
+  /** Owner silence (ms) after which the node is degraded. @default 30000 */
+  degradedAfterMs?: number;
+  /** Retry-After under one second: `zero` (plus X-RateLimit-Reset-Ms) or `round-up` to 1. @default 'zero' */
+  subSecondRetryAfter?: SubSecondMode;
+  /** Send draft-10 `RateLimit` / `RateLimit-Policy` headers about the caller's own quota. @default false */
+  rateLimitHeaders?: boolean;
+  /** Proxies in front of this app whose X-Forwarded-For entries are trusted. @default 0 */
+  trustedProxyHops?: number;
+  /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
+  logger?: Logger;
+  /** Time source. @default the system clock */
+  clock?: Clock;
+}
+
+/** Options after validation: every default filled in, frozen. */
+export interface Config {
+  readonly policy: CompiledPolicy;
+  readonly identify: (req: Request) => Identity | undefined;
+  readonly routeClass: string | ((req: Request) => string);
+  readonly keyHash: { readonly versions: readonly HashKeyVersion[]; readonly current?: string };
+  readonly nodeId: string;
+  readonly bus: Bus | undefined;
+  readonly shards: number;
+  readonly maxBuckets: number;
+  readonly roundMs: number;
+  readonly fastPathDeadlineMs: number;
+  readonly headroom: number;
+  readonly reserveRatio: number;
+  readonly degradedAfterMs: number;
+  readonly subSecondRetryAfter: SubSecondMode;
+  readonly rateLimitHeaders: boolean;
+  readonly trustedProxyHops: number;
+  readonly logger: Logger | undefined;
+  readonly clock: Clock;
+}
+
+const schema = Joi.object({
+  policy: Joi.object().required(),
+  identify: Joi.func().required(),
+  routeClass: Joi.alternatives(Joi.string().pattern(/^[A-Za-z0-9_.-]{1,64}$/), Joi.func()).default('default'),
+  keyHash: Joi.object({
+    versions: Joi.array()
+      .items(Joi.object({ version: Joi.string().required(), secret: Joi.alternatives(Joi.string(), Joi.binary()).required() }))
+      .min(1)
+      .required(),
+    current: Joi.string(),
+  }),
+  nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/).default(() => `${hostname()}-${process.pid}`),
+  bus: Joi.object(),
+  shards: Joi.number().integer().min(1).max(4096).default(64),
+  maxBuckets: Joi.number().integer().min(16).default(50_000),
+  roundMs: Joi.number().integer().min(5).max(1000).default(25),
+  fastPathDeadlineMs: Joi.number().min(0.1).max(100).default(1),
+  headroom: Joi.number().min(1).max(10).default(1.25),
+  reserveRatio: Joi.number().min(0).max(0.2).default(0.02),
+  degradedAfterMs: Joi.number().integer().min(100).default(30_000),
+  subSecondRetryAfter: Joi.string().valid('zero', 'round-up').default('zero'),
+  rateLimitHeaders: Joi.boolean().default(false),
+  trustedProxyHops: Joi.number().integer().min(0).max(16).default(0),
+  logger: Joi.object(),
+  clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
+});
+
+/**
+ * Validates options once into a frozen `Config`. Throws a `ConfigError` listing every problem,
+ * including those of the policy document (paths prefixed `policy.`).
+ */
+export function parseOptions(options: unknown): Config {
+  const { error, value } = schema.validate(options ?? {}, { abortEarly: false });
+  const problems: Problem[] = error ? joiProblems(error) : [];
+  let policy: CompiledPolicy | undefined;
+  const rawPolicy = (options as { policy?: unknown } | undefined)?.policy;
+  if (rawPolicy instanceof CompiledPolicy) policy = rawPolicy;
+  else if (rawPolicy !== undefined) {
+    try {
+      policy = compilePolicy(rawPolicy);
+    } catch (err) {
+      if (!(err instanceof PolicyError)) throw err;
+      problems.push(...err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })));
+    }
+  }
+  if (value?.bus !== undefined && value?.keyHash === undefined) {
+    problems.push({ path: 'keyHash', message: 'is required with a shared bus: every node must derive the same key ids' });
+  }
+  if (problems.length || policy === undefined) throw new ConfigError(problems);
+  const o = options as RateLimiterOptions;
+  return Object.freeze({
+    ...value,
+    policy,
+    // joi copies objects it validates; services and callbacks are kept as the caller passed them.
+    identify: o.identify,
+    routeClass: o.routeClass ?? value.routeClass,
+    bus: o.bus,
+    logger: o.logger,
+    clock: o.clock ?? systemClock,
+    keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },
+  }) as Config;
+}

@@ -1,0 +1,252 @@
+import { randomUUID } from 'node:crypto';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { pino, type Logger } from 'pino';
+import { MemoryBus } from '../bus/memory.js';
+import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
+import { Catalog } from '../lib/catalog.js';
+import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
+import { FoldOwner } from '../lib/fold-owner.js';
+import { KeyHasher } from '../lib/key-id.js';
+import { LeaseNode, type Acquired } from '../lib/lease-node.js';
+import { clientAddress, networkRange } from '../lib/network.js';
+import { retryHeaders } from '../lib/retry-after.js';
+import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
+import { correlationIdOf, sendProblem } from './responses.js';
+
+/** Tenant-fairness bucket of unauthenticated callers: a class name, never a tenant id. */
+const ANONYMOUS = '(anonymous)';
+
+/** Counters of one limiter instance. */
+export interface LimiterStats {
+  admitted: number;
+  quotaDenied: number;
+  capacityDenied: number;
+  failOpen: number;
+  failClosed: number;
+}
+
+/** The Express middleware returned by `rateLimiter()`, with its handles. */
+export interface RateLimiterMiddleware extends RequestHandler {
+  /** The node side of the protocol (buckets, fast path, rounds). */
+  readonly node: LeaseNode;
+  /** Key hashing; use it to find a key's id (the raw key is never kept). */
+  readonly hasher: KeyHasher;
+  /** Decision counters. */
+  readonly stats: Readonly<LimiterStats>;
+  /** The policy in force. */
+  policy(): CompiledPolicy;
+  /**
+   * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
+   * `RangeError` for a version not above the current one; either way nothing changes.
+   */
+  updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
+  /** Stops the round timer and the bus it created; idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Per-API-key rate limiting for Express, mounted after authentication:
+ * `app.use(rateLimiter({ policy, identify }))`. The decision is a memory read of leased credit; the
+ * owner of each key shard is asked only on first sight or exhaustion (once per bucket per round, 1 ms
+ * deadline). Any fault inside fails open for that request, unless its route class is fail-closed.
+ */
+export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware {
+  const cfg = parseOptions(options);
+  const clock = cfg.clock;
+  const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
+  const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
+  const nodeEpoch = randomUUID();
+  const identity = { nodeId: cfg.nodeId, nodeEpoch };
+  const ownBus = cfg.bus === undefined;
+  const bus = cfg.bus ?? new MemoryBus();
+  const owner = new FoldOwner({
+    ownerEpoch: 1,
+    headroom: cfg.headroom,
+    reserveRatio: cfg.reserveRatio,
+    roundMs: cfg.roundMs,
+    fleetSize: () => bus.fleetSize(),
+  });
+  // The node is created before it is connected so that grants can be delivered to it.
+  let node: LeaseNode;
+  const link = bus.connectNode(identity, (g) => node.applyGrant(g));
+  node = new LeaseNode(
+    {
+      nodeId: cfg.nodeId,
+      nodeEpoch,
+      shards: cfg.shards,
+      maxBuckets: cfg.maxBuckets,
+      fastPathDeadlineMs: cfg.fastPathDeadlineMs,
+      demandRounds: 2,
+      degradedAfterMs: cfg.degradedAfterMs,
+    },
+    clock,
+    link,
+  );
+  bus.serveOwner(identity, owner);
+  const capacity = new AdmissionCapacity(clock);
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0 };
+  let policy = cfg.policy;
+
+  let sweepAt = 0;
+  const timer = setInterval(() => {
+    try {
+      node.endRound();
+      const now = clock.now();
+      if (now >= sweepAt) {
+        owner.sweep(now);
+        sweepAt = now + 1000;
+      }
+    } catch (err) {
+      logger.error({ err }, 'reconciliation round failed');
+    }
+  }, cfg.roundMs);
+  timer.unref();
+
+  const routeClassOf =
+    typeof cfg.routeClass === 'string' ? () => cfg.routeClass as string : (req: Request) => (cfg.routeClass as (r: Request) => string)(req);
+
+  function handler(req: Request, res: Response, next: NextFunction): void {
+    let keyId: string | undefined;
+    let routeClass = 'default';
+    try {
+      routeClass = routeClassOf(req);
+      const who = cfg.identify(req);
+      let tenant: string;
+      let limits: ResolvedLimits;
+      if (who === undefined || who === null) {
+        const range = networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops));
+        keyId = hasher.hash(`anonymous\u0000${range ?? 'unknown'}\u0000${routeClass}`);
+        tenant = ANONYMOUS;
+        limits = policy.anonymousLimitsFor(routeClass);
+      } else {
+        checkIdentity(who);
+        keyId = hasher.hash(who.principal);
+        tenant = who.tenant;
+        limits = policy.limitsFor(keyId, tenant);
+      }
+      const cap = policy.doc.capacity;
+      if (cap !== undefined) {
+        const verdict = capacity.check(tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(tenant) as number);
+        if (verdict !== CapacityVerdict.Ok) {
+          stats.capacityDenied++;
+          const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
+          const correlationId = correlationIdOf(req);
+          logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
+          commonHeaders(res);
+          sendProblem(res, entry, correlationId);
+          return;
+        }
+      }
+      const result = node.acquire(keyId, limits);
+      if (result instanceof Promise) {
+        const k = keyId;
+        result.then(
+          (r) => decide(req, res, next, r, k, tenant, limits, routeClass),
+          (err: unknown) => fault(req, res, next, err, k, routeClass),
+        );
+      } else {
+        decide(req, res, next, result, keyId, tenant, limits, routeClass);
+      }
+    } catch (err) {
+      fault(req, res, next, err, keyId, routeClass);
+    }
+  }
+
+  function decide(
+    req: Request,
+    res: Response,
+    next: NextFunction,
+    result: Acquired,
+    keyId: string,
+    tenant: string,
+    limits: ResolvedLimits,
+    routeClass: string,
+  ): void {
+    try {
+      commonHeaders(res);
+      if (cfg.rateLimitHeaders) quotaHeaders(res, keyId, limits);
+      if (result.admitted) {
+        stats.admitted++;
+        if (policy.doc.capacity !== undefined) capacity.record(tenant);
+        next();
+        return;
+      }
+      stats.quotaDenied++;
+      const correlationId = correlationIdOf(req);
+      logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
+      sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter));
+    } catch (err) {
+      fault(req, res, next, err, keyId, routeClass);
+    }
+  }
+
+  function fault(req: Request, res: Response, next: NextFunction, err: unknown, keyId: string | undefined, routeClass: string): void {
+    const correlationId = correlationIdOf(req);
+    let closed = false;
+    try {
+      closed = policy.failClosed(routeClass);
+    } catch {
+      // An unreadable policy leaves the default: fail open.
+    }
+    if (closed) {
+      stats.failClosed++;
+      logger.error({ err, keyId, correlationId, routeClass }, 'limiter fault on a fail-closed route: 503');
+      if (!res.headersSent) sendProblem(res, Catalog.limiterUnavailable, correlationId);
+      return;
+    }
+    stats.failOpen++;
+    logger.warn({ err, keyId, correlationId, routeClass }, 'limiter fault: request admitted (fail-open)');
+    next();
+  }
+
+  function commonHeaders(res: Response): void {
+    if (node.degraded) res.setHeader('X-RateLimit-Degraded', 'true');
+  }
+
+  /** draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. */
+  function quotaHeaders(res: Response, keyId: string, limits: ResolvedLimits): void {
+    const subject = node.buckets.peek(keyId);
+    if (subject === undefined) return;
+    const now = clock.now();
+    const items = limits.windows.map((w, i) => {
+      const b = subject.buckets[i]!;
+      return `"${w.name}";r=${Math.max(0, b.credit)};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
+    });
+    res.setHeader('RateLimit-Policy', limits.policyHeader);
+    res.setHeader('RateLimit', items.join(', '));
+  }
+
+  const middleware = handler as RateLimiterMiddleware;
+  let closing: Promise<void> | undefined;
+  Object.assign(middleware, {
+    node,
+    hasher,
+    stats,
+    policy: () => policy,
+    updatePolicy(doc: PolicyDoc | CompiledPolicy): void {
+      const next = doc instanceof CompiledPolicy ? doc : compilePolicy(doc);
+      if (next.version <= policy.version) {
+        throw new RangeError(`policy version ${next.version} is not above the current version ${policy.version}`);
+      }
+      policy = next;
+      logger.info({ version: next.version }, 'policy updated');
+    },
+    close(): Promise<void> {
+      closing ??= (async () => {
+        clearInterval(timer);
+        if (ownBus) await bus.close();
+      })();
+      return closing;
+    },
+  });
+  return middleware;
+}
+
+function checkIdentity(who: Identity): void {
+  if (typeof who.principal !== 'string' || who.principal.length === 0) {
+    throw new TypeError('identify() returned an identity without a principal');
+  }
+  if (typeof who.tenant !== 'string' || who.tenant.length === 0) {
+    throw new TypeError('identify() returned an identity without a tenant');
+  }
+}
