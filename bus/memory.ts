@@ -15,9 +15,9 @@ export class MemoryBus implements Bus {
   connectNode(node: NodeIdentity, onGrant: (grant: Grant) => void): OwnerLink {
     this.nodes.set(node.nodeEpoch, onGrant);
     return {
-      requestCredit: (requests: readonly CreditRequest[]): readonly Grant[] => {
+      requestCredit: (requests: readonly CreditRequest[]): readonly Grant[] | undefined => {
         const owner = this.owner;
-        if (this.closed || owner === undefined) return [];
+        if (this.closed || owner === undefined) return undefined;
         const grants: Grant[] = [];
         for (const r of requests) {
           const g = owner.onCreditRequest(r);

@@ -8,11 +8,20 @@ export class Subject {
   /** Round in which this subject was last touched (for the round's report). */
   touchedRound = -1;
 
+  /** Builds the buckets of `limits`, keeping those of `previous` for windows of the same length. */
   constructor(
     readonly keyId: string,
     readonly limits: ResolvedLimits,
+    previous?: Subject,
   ) {
-    this.buckets = limits.windows.map((w) => new Bucket(phaseOffset(keyId, w.windowMs)));
+    this.buckets = limits.windows.map((w) => {
+      const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
+      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs));
+      const kept = previous!.buckets[i] as Bucket;
+      // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
+      kept.fastRound = -1;
+      return kept;
+    });
   }
 
   /** True when every bucket is empty or belongs to a past window. */
@@ -26,8 +35,9 @@ export class Subject {
 const EVICTION_SCAN = 32;
 
 /**
- * The node's buckets, keyed by key id, capped by LRU. Only buckets with no credit or of a past window
- * are evicted (an evicted key is simply reloaded through the owner on next sight); if every candidate
+ * The node's buckets, keyed by key id, capped by LRU. Only buckets with no credit or of a past window,
+ * already reported, are evicted; an evicted key is reloaded through the owner on next sight, under a
+ * new lease (so nothing addressed to the old one can credit it); if every candidate
  * still holds credit the map grows past the cap rather than throw credit away, and counts it.
  */
 export class BucketMap {
@@ -51,7 +61,7 @@ export class BucketMap {
   }
 
   /** The subject of `keyId` with `limits`, created (or rebuilt after a policy change) as needed. */
-  get(keyId: string, limits: ResolvedLimits, nowMs: number): Subject {
+  get(keyId: string, limits: ResolvedLimits, nowMs: number, round = 0): Subject {
     const found = this.map.get(keyId);
     if (found !== undefined) {
       // Re-inserting moves the key to the most recently used end of the Map's order.
@@ -62,8 +72,9 @@ export class BucketMap {
       }
       this.bucketCount -= found.buckets.length;
     }
-    const subject = new Subject(keyId, limits);
-    this.makeRoom(subject.buckets.length, nowMs);
+    // After a policy change, windows of the same length keep their lease: the owner still counts it.
+    const subject = new Subject(keyId, limits, found);
+    this.makeRoom(subject.buckets.length, nowMs, round);
     this.map.set(keyId, subject);
     this.bucketCount += subject.buckets.length;
     return subject;
@@ -79,13 +90,14 @@ export class BucketMap {
     return this.map.values();
   }
 
-  private makeRoom(adding: number, nowMs: number): void {
+  private makeRoom(adding: number, nowMs: number, round: number): void {
     if (this.bucketCount + adding <= this.maxBuckets) return;
     let scanned = 0;
     for (const [keyId, subject] of this.map) {
       if (scanned++ >= EVICTION_SCAN || this.bucketCount + adding <= this.maxBuckets) break;
       this.map.delete(keyId);
-      if (subject.evictable(nowMs)) {
+      // A key touched this round has not been reported yet: keep it until its final spend is sent.
+      if (subject.touchedRound !== round && subject.evictable(nowMs)) {
         this.bucketCount -= subject.buckets.length;
         this.evictions++;
       } else {

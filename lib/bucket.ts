@@ -7,6 +7,8 @@ export class Bucket {
   windowId = Number.NaN;
   /** Wall-clock end of that window. */
   windowEnd = 0;
+  /** Lease number of this bucket's current life (new at every window and every reload). */
+  lease = 0;
   /** Cumulative credit issued to this node epoch by the owner (highest grant applied). */
   issued = 0;
   /** Cumulative admissions in this window. */
@@ -28,10 +30,11 @@ export class Bucket {
     return this.issued - this.spent;
   }
 
-  /** Moves the bucket to a new window: nothing carries over (a past window's credit is void). */
-  roll(windowId: number, windowEnd: number): void {
+  /** Moves the bucket to a new window and lease: nothing carries over (a past window's credit is void). */
+  roll(windowId: number, windowEnd: number, lease: number): void {
     this.windowId = windowId;
     this.windowEnd = windowEnd;
+    this.lease = lease;
     this.issued = 0;
     this.spent = 0;
     this.grantSeq = 0;

@@ -15,10 +15,11 @@ export interface FoldOwnerConfig {
   readonly fleetSize: () => number;
 }
 
-/** One node epoch's lease in one ledger. */
+/** One lease (a node epoch's bucket life) in one ledger. */
 interface Lease {
   readonly nodeId: string;
   readonly nodeEpoch: string;
+  readonly lease: number;
   issued: number;
   grantSeq: number;
   /** Spend from the highest-seq report merged so far (cumulative). */
@@ -44,7 +45,8 @@ export class InvariantViolation extends Error {}
 
 /**
  * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit.
- * It merges reports by (key, window, node epoch) — max seq wins inside an epoch, epochs add up — and
+ * It merges reports by (key, window, node epoch, lease) — max seq wins inside a lease, leases and
+ * epochs add up — and
  * never issues more than the window's allowance, reserve included (L2). Pure: no timers, no I/O.
  */
 export class FoldOwner {
@@ -57,7 +59,7 @@ export class FoldOwner {
   /** Answers a credit request with a grant, or undefined when nothing can be issued. */
   onCreditRequest(req: CreditRequest): Grant | undefined {
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
-    const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch);
+    const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     lease.demand = Math.max(lease.demand, req.demand);
     const held = lease.issued - lease.spent;
     const firstShare = lease.grantSeq === 0 ? Math.ceil(ledger.allowance / Math.max(1, this.cfg.fleetSize())) : 0;
@@ -79,7 +81,7 @@ export class FoldOwner {
     const grants: Grant[] = [];
     for (const r of batch.reports) {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
-      const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch);
+      const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(lease, r)) continue;
       const held = lease.issued - lease.spent;
       const target = Math.ceil(r.demand * this.cfg.headroom);
@@ -143,6 +145,7 @@ export class FoldOwner {
       windowMs: ledger.windowMs,
       nodeId: lease.nodeId,
       nodeEpoch: lease.nodeEpoch,
+      lease: lease.lease,
       grantSeq: lease.grantSeq,
       ownerEpoch: this.cfg.ownerEpoch,
       issued: lease.issued,
@@ -172,11 +175,12 @@ export class FoldOwner {
     return l;
   }
 
-  private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string): Lease {
-    let lease = l.leases.get(nodeEpoch);
+  private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
+    const k = `${nodeEpoch}/${leaseNo}`;
+    let lease = l.leases.get(k);
     if (lease === undefined) {
-      lease = { nodeId, nodeEpoch, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
-      l.leases.set(nodeEpoch, lease);
+      lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
+      l.leases.set(k, lease);
     }
     return lease;
   }

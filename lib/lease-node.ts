@@ -12,12 +12,13 @@ export interface OwnerLink {
   /**
    * Asks the owners for credit. Grants come back synchronously when the owner is in this process,
    * as a promise otherwise that settles with undefined once `deadlineMs` has passed (the hard
-   * fast-path deadline). The caller applies them; late grants also arrive through `applyGrant`.
+   * fast-path deadline); undefined at once means no owner can be reached. The caller applies them;
+   * late grants also arrive through `applyGrant`.
    */
   requestCredit(
     requests: readonly CreditRequest[],
     deadlineMs: number,
-  ): readonly Grant[] | Promise<readonly Grant[] | undefined>;
+  ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
   /** Sends one round's batch for one shard. Never blocks the caller. */
   publish(batch: ReportBatch): void;
   /** Whether the owners answered recently (heartbeat of the transport). */
@@ -61,6 +62,7 @@ export type Acquired = typeof ADMITTED | Denied;
 export class LeaseNode {
   readonly buckets: BucketMap;
   private roundNo = 0;
+  private leases = 0;
   private touched: Subject[] = [];
   private lastContact: number;
   /** Counters read by metrics and the benchmark. */
@@ -91,7 +93,7 @@ export class LeaseNode {
    */
   acquire(keyId: string, limits: ResolvedLimits, cost = 1): Acquired | Promise<Acquired> {
     const now = this.clock.now();
-    const subject = this.buckets.get(keyId, limits, now);
+    const subject = this.buckets.get(keyId, limits, now, this.roundNo);
     if (subject.touchedRound !== this.roundNo) {
       subject.touchedRound = this.roundNo;
       this.touched.push(subject);
@@ -102,7 +104,7 @@ export class LeaseNode {
       const b = subject.buckets[i] as Bucket;
       const w = windows[i]!;
       const id = windowIdAt(now, w.windowMs, b.offset);
-      if (id !== b.windowId) b.roll(id, windowEndMs(id, w.windowMs, b.offset));
+      if (id !== b.windowId) b.roll(id, windowEndMs(id, w.windowMs, b.offset), ++this.leases);
       b.roundDemand += cost;
       if (b.credit < cost) short = true;
     }
@@ -114,7 +116,7 @@ export class LeaseNode {
   applyGrant(g: Grant): boolean {
     this.lastContact = this.clock.monotonic();
     const b = this.bucketFor(g);
-    if (b === undefined || g.nodeEpoch !== this.cfg.nodeEpoch || g.grantSeq <= b.grantSeq) {
+    if (b === undefined || g.nodeEpoch !== this.cfg.nodeEpoch || g.lease !== b.lease || g.grantSeq <= b.grantSeq) {
       this.stats.grantsIgnored++;
       return false;
     }
@@ -140,6 +142,7 @@ export class LeaseNode {
           windowId: b.windowId,
           windowMs: w.windowMs,
           limit: w.limit,
+          lease: b.lease,
           seq: this.roundNo,
           spent: b.spent,
           demand: this.demandOf(b),
@@ -187,6 +190,7 @@ export class LeaseNode {
         limit: w.limit,
         nodeId: this.cfg.nodeId,
         nodeEpoch: this.cfg.nodeEpoch,
+        lease: b.lease,
         need: cost - b.credit,
         demand: Math.max(cost, this.demandOf(b)),
         fastPath: true,
@@ -198,6 +202,7 @@ export class LeaseNode {
     }
     this.stats.fastPath++;
     const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
+    if (answer === undefined) return this.deny(subject, cost);
     if (!isPromise(answer)) {
       this.lastContact = this.clock.monotonic();
       for (const g of answer) this.applyGrant(g);

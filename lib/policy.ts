@@ -93,7 +93,7 @@ export const policySchema = Joi.object({
     Joi.object({ plan: Joi.string().pattern(NAME), share: Joi.number().greater(0).max(1) }),
   ),
   keys: Joi.object().pattern(
-    Joi.string().pattern(KEY_ID_PATTERN).message('key overrides must be keyed by key id (v1:…), never by raw key'),
+    Joi.string(),
     Joi.object({ plan: Joi.string().pattern(NAME), windows: windowsSchema }).xor('plan', 'windows'),
   ),
   routeClasses: Joi.object().pattern(
@@ -192,6 +192,8 @@ export function compilePolicy(input: unknown): CompiledPolicy {
   known(doc.anonymousPlan, 'anonymousPlan');
   for (const [t, def] of Object.entries(doc.tenants ?? {})) known(def.plan, `tenants.${t}.plan`);
   for (const [k, def] of Object.entries(doc.keys ?? {})) {
+    // The offending name is not echoed: it may be a raw key pasted by mistake.
+    if (!KEY_ID_PATTERN.test(k)) problems.push({ path: 'keys', message: 'overrides must be keyed by key id (v1:…), never by raw key' });
     known(def.plan, `keys.${k}.plan`);
     if (def.windows) checkWindowOrder(def.windows, `keys.${k}.windows`, problems);
   }

@@ -1,8 +1,10 @@
 import { fnv1a32 } from '../hash.js';
 
 /**
- * Messages of the leasing protocol. Counts are cumulative per (key id, window id, node epoch), never
- * deltas, so a duplicate or a reordered message can never add credit or spend twice.
+ * Messages of the leasing protocol. A lease is one node epoch's bucket for one (key id, window id),
+ * named by `lease`, a number unique within the node epoch: a bucket evicted and reloaded gets a new
+ * lease, so a late or duplicate grant for the old one can never credit the new one. Counts are
+ * cumulative per lease, never deltas, so a duplicate or reordered message never adds anything twice.
  */
 
 /** A node asks a shard's owner for credit (first sight of a key in a window, or the fast path). */
@@ -14,6 +16,7 @@ export interface CreditRequest {
   readonly limit: number;
   readonly nodeId: string;
   readonly nodeEpoch: string;
+  readonly lease: number;
   /** Credit needed now to admit the waiting request. */
   readonly need: number;
   /** Requests the node expects for this bucket over the next rounds. */
@@ -22,14 +25,15 @@ export interface CreditRequest {
   readonly fastPath: boolean;
 }
 
-/** Credit issued by a shard owner. `issued` is the cumulative credit this node epoch holds from it. */
+/** Credit issued by a shard owner. `issued` is the cumulative credit issued on this lease. */
 export interface Grant {
   readonly keyId: string;
   readonly windowId: number;
   readonly windowMs: number;
   readonly nodeId: string;
   readonly nodeEpoch: string;
-  /** Grows with every grant to this (key, window, node epoch); applied at most once. */
+  readonly lease: number;
+  /** Grows with every grant on this lease; applied at most once. */
   readonly grantSeq: number;
   /** Fencing token of the owner that issued it; a grant from an older owner is rejected. */
   readonly ownerEpoch: number;
@@ -42,9 +46,10 @@ export interface Report {
   readonly windowId: number;
   readonly windowMs: number;
   readonly limit: number;
+  readonly lease: number;
   /** Monotonic within a node epoch; the highest wins when reports are merged. */
   readonly seq: number;
-  /** Cumulative admissions of this node epoch in the window. */
+  /** Cumulative admissions on this lease. */
   readonly spent: number;
   readonly demand: number;
   /** Credit the node holds and has not spent. */

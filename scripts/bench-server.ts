@@ -1,0 +1,144 @@
+import { pathToFileURL } from 'node:url';
+import express, { type Request, type RequestHandler } from 'express';
+import { rateLimit } from 'express-rate-limit';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { PolicyDoc } from '../lib/policy.js';
+import type { Identity } from '../middleware/options.js';
+import { rateLimiter, type RateLimiterMiddleware } from '../middleware/rate-limiter.js';
+
+/**
+ * One Express app per benchmark variant, each in its own process (forked by bench.ts) so that the load
+ * generator and the server never share an event loop. Protocol over IPC: the child sends
+ * `{type:'ready', port}` or `{type:'skip', reason}`; it answers `{type:'stats'}` with its limiter's
+ * counters; it exits when the parent disconnects, so a crashed parent leaves no server behind.
+ */
+
+/** Every variant the benchmark knows, in the order it runs them. */
+export const VARIANTS = ['bare', 'limiter', 'express-rate-limit', 'rlf-memory', 'rlf-redis'] as const;
+
+/** A variant name. */
+export type Variant = (typeof VARIANTS)[number];
+
+/** A limit no benchmark run reaches: every request is admitted, so only overhead is measured. */
+export const HUGE = 1_000_000_000;
+
+/** Messages a server child sends to the benchmark. */
+export type ServerMessage =
+  | { type: 'ready'; port: number }
+  | { type: 'skip'; reason: string }
+  | { type: 'stats'; stats: Record<string, unknown> | undefined };
+
+/** A one-plan policy with a huge limit in each window length given (1 window = 1 bucket per key). */
+export function hugePolicy(windowsMs: readonly number[]): PolicyDoc {
+  const windows = windowsMs.map((windowMs) => ({ name: `w${windowMs}`, limit: HUGE, windowMs }));
+  return { version: 1, defaultPlan: 'bench', anonymousPlan: 'bench', plans: { bench: { windows } } };
+}
+
+/** The caller's API key, as the load generator sends it. */
+export function apiKey(req: Request): string {
+  const v = req.headers['x-api-key'];
+  return typeof v === 'string' ? v : 'none';
+}
+
+/** Identity of a benchmark caller: its key as principal, one tenant for all. */
+export function benchIdentity(req: Request): Identity {
+  return { principal: apiKey(req), tenant: 't1' };
+}
+
+/** rate-limiter-flexible has no Express middleware of its own; this is the usual few lines. */
+function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
+  return (req, res, next) => {
+    limiter.consume(apiKey(req)).then(
+      () => next(),
+      // rlf rejects with an Error on a store failure and with a RateLimiterRes on a denial.
+      (rej: unknown) => (rej instanceof Error ? next(rej) : res.status(429).json({ error: 'TOO_MANY_REQUESTS' })),
+    );
+  };
+}
+
+async function connectRedis(url: string): Promise<Redis> {
+  // rlf's documented ioredis setup: no offline queue, so an outage fails fast instead of queueing.
+  const redis = new Redis(url, { enableOfflineQueue: false, lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 1, retryStrategy: () => null });
+  redis.on('error', () => undefined); // surfaced through connect()/consume(), not as an unhandled event
+  try {
+    await redis.connect();
+    await redis.ping();
+    return redis;
+  } catch (err) {
+    redis.disconnect();
+    throw err;
+  }
+}
+
+async function main(variant: string): Promise<void> {
+  const send = (m: ServerMessage): void => void process.send?.(m);
+  let limiter: RateLimiterMiddleware | undefined;
+  let redis: Redis | undefined;
+  let guard: RequestHandler | undefined;
+  switch (variant) {
+    case 'bare':
+      break;
+    case 'limiter':
+      limiter = rateLimiter({ policy: hugePolicy([1000, 60_000]), identify: benchIdentity, logger: pino({ level: 'warn' }) });
+      guard = limiter;
+      break;
+    case 'express-rate-limit':
+      // Headers off: the project's limiter sends none by default, so both do the same work.
+      guard = rateLimit({ windowMs: 60_000, limit: HUGE, keyGenerator: apiKey, standardHeaders: false, legacyHeaders: false });
+      break;
+    case 'rlf-memory':
+      guard = rlfMiddleware(new RateLimiterMemory({ points: HUGE, duration: 60 }));
+      break;
+    case 'rlf-redis': {
+      const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+      try {
+        redis = await connectRedis(url);
+      } catch (err) {
+        send({ type: 'skip', reason: `Redis at ${url} unreachable: ${(err as Error).message}` });
+        process.exit(0);
+      }
+      guard = rlfMiddleware(new RateLimiterRedis({ storeClient: redis, keyPrefix: `bench-${process.pid}`, points: HUGE, duration: 60 }));
+      break;
+    }
+    default:
+      throw new Error(`unknown variant "${variant}" (expected one of ${VARIANTS.join(', ')})`);
+  }
+
+  const app = express();
+  app.disable('x-powered-by');
+  if (guard !== undefined) app.use(guard);
+  app.get('/api/hello', (_req, res) => {
+    res.json({ ok: true });
+  });
+  const server = app.listen(0, '127.0.0.1', () => {
+    const addr = server.address();
+    send({ type: 'ready', port: typeof addr === 'object' && addr !== null ? addr.port : 0 });
+  });
+
+  const stop = (): void => {
+    server.close();
+    server.closeAllConnections();
+    void limiter?.close();
+    redis?.disconnect();
+    process.exit(0);
+  };
+  process.on('message', (m: { type?: string }) => {
+    if (m?.type !== 'stats') return;
+    const node = limiter?.node;
+    const stats = limiter && node ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size, overCap: node.buckets.overCap } : undefined;
+    send({ type: 'stats', stats });
+  });
+  process.once('disconnect', stop);
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+}
+
+// Only run as a server when forked; bench.ts also imports this module for the shared helpers.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(process.argv[2] ?? '').catch((err: unknown) => {
+    process.stderr.write(`bench-server ${process.argv[2] ?? ''}: ${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  });
+}

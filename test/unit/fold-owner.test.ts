@@ -1,0 +1,127 @@
+import { expect } from 'chai';
+import { FoldOwner } from '../../lib/fold-owner.js';
+import type { CreditRequest, Report, ReportBatch } from '../../lib/protocol/messages.js';
+import { rng } from '../support/rng.js';
+
+const KEY = 'v1:OWNEROWNEROWNEROWNERO';
+const W = 1000;
+const WID = 1_800_000;
+
+function owner(fleet = 4, reserveRatio = 0.02): FoldOwner {
+  return new FoldOwner({ ownerEpoch: 7, headroom: 1.25, reserveRatio, roundMs: 25, fleetSize: () => fleet });
+}
+
+function req(node: string, need: number, demand: number, fastPath = true, limit = 1000): CreditRequest {
+  return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, need, demand, fastPath };
+}
+
+function batch(node: string, epoch: string, seq: number, spent: number, demand = 0, limit = 1000): ReportBatch {
+  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit, lease: 1, seq, spent, demand, held: 0, selfGrant: false };
+  return { shard: 0, nodeId: node, nodeEpoch: epoch, round: seq, reports: [r] };
+}
+
+describe('fold owner: the only issuer of credit', () => {
+  it('sizes a first grant at allowance / fleet, later ones from demand × headroom', () => {
+    const o = owner(4);
+    const g1 = o.onCreditRequest(req('a', 1, 2))!;
+    expect(g1.issued).to.equal(250);
+    expect(g1.ownerEpoch).to.equal(7);
+    expect(g1.grantSeq).to.equal(1);
+    const g2 = o.onCreditRequest(req('a', 1, 400))!; // demand 400 × 1.25 = 500, holds 250 → +250
+    expect(g2.issued).to.equal(500);
+    expect(g2.grantSeq).to.equal(2);
+  });
+
+  it('holds back the reserve (R = 2 %) from ordinary grants', () => {
+    const o = owner(1);
+    expect(o.onCreditRequest(req('a', 1, 1, false))!.issued).to.equal(980);
+    expect(o.onCreditRequest(req('a', 1, 1, false))).to.equal(undefined);
+    expect(o.issued(KEY, W, WID)).to.equal(980);
+  });
+
+  it('releases the reserve only on the fast path, at most once per key per window', () => {
+    const o = owner(1);
+    o.onCreditRequest(req('a', 1, 1));
+    const r1 = o.onCreditRequest(req('a', 5, 5))!;
+    expect(r1.issued).to.equal(1000);
+    expect(o.stats.reserveReleases).to.equal(1);
+    expect(o.onCreditRequest(req('b', 1, 1))).to.equal(undefined);
+    expect(o.stats.reserveReleases).to.equal(1);
+    expect(o.issued(KEY, W, WID)).to.equal(1000);
+  });
+
+  it('merges reports: max seq wins in an epoch, so duplicates and reorders change nothing (L3)', () => {
+    const o = owner();
+    o.onReports(batch('a', 'a-e1', 3, 30));
+    o.onReports(batch('a', 'a-e1', 3, 30)); // duplicate
+    o.onReports(batch('a', 'a-e1', 2, 20)); // reordered, older
+    expect(o.spent(KEY, W, WID)).to.equal(30);
+    expect(o.stats.reportsStale).to.equal(2);
+    o.onReports(batch('a', 'a-e1', 5, 42));
+    expect(o.spent(KEY, W, WID)).to.equal(42);
+  });
+
+  it("adds a restarted node's lower count from its new epoch instead of losing it (L3)", () => {
+    const o = owner();
+    o.onReports(batch('a', 'a-e1', 9, 70));
+    o.onReports(batch('a', 'a-e2', 0, 5)); // same node id, new process: seq restarts at 0
+    expect(o.spent(KEY, W, WID)).to.equal(75);
+  });
+
+  it('keeps leases apart: a reloaded bucket (new lease) starts from zero, the old lease still counts', () => {
+    const o = owner(1);
+    const g1 = o.onCreditRequest(req('a', 1, 1, false))!;
+    expect(g1.lease).to.equal(1);
+    o.onReports(batch('a', 'a-e1', 1, 980));
+    const g2 = o.onCreditRequest({ ...req('a', 1, 1), lease: 2 })!;
+    expect(g2.lease).to.equal(2);
+    expect(g2.grantSeq).to.equal(1);
+    expect(g2.issued).to.equal(20); // only the reserve is left
+    expect(o.issued(KEY, W, WID)).to.equal(1000);
+    expect(o.spent(KEY, W, WID)).to.equal(980);
+  });
+
+  it('tops up a node whose advertised demand outruns the credit it holds', () => {
+    const o = owner(4);
+    o.onCreditRequest(req('a', 1, 1)); // 250 issued to a-e1
+    const grants = o.onReports(batch('a', 'a-e1', 1, 240, 100)); // holds 10, wants 125
+    expect(grants).to.have.length(1);
+    expect(grants[0]!.issued).to.equal(250 + 115);
+  });
+
+  it('drops ledgers two rounds after the window ends', () => {
+    const o = owner();
+    o.onCreditRequest(req('a', 1, 1));
+    const end = (WID + 1) * W + (o as unknown as { ledgers: Map<string, { windowEnd: number }> }).ledgers.values().next().value!.windowEnd % W;
+    o.sweep(end + 49);
+    expect(o.size).to.equal(1);
+    o.sweep(end + 50);
+    expect(o.size).to.equal(0);
+  });
+
+  describe('L2: issued credit never exceeds the allowance, whatever the schedule', () => {
+    for (let seed = 1; seed <= 60; seed++) {
+      it(`seed ${seed}`, () => {
+        const rand = rng(seed);
+        const fleet = 1 + Math.floor(rand() * 20);
+        const limit = 1 + Math.floor(rand() * 2000);
+        const o = owner(fleet, rand() * 0.05);
+        const spent = new Map<string, number>();
+        for (let step = 0; step < 400; step++) {
+          const node = `n${Math.floor(rand() * fleet)}`;
+          const epoch = `${node}-e${rand() < 0.05 ? 2 : 1}`;
+          if (rand() < 0.5) {
+            o.onCreditRequest({ ...req(node, 1 + Math.floor(rand() * 50), Math.floor(rand() * 300), rand() < 0.5, limit), nodeEpoch: epoch });
+          } else {
+            const s = (spent.get(epoch) ?? 0) + Math.floor(rand() * 20);
+            spent.set(epoch, s);
+            const b = batch(node, epoch, step, s, Math.floor(rand() * 300), limit);
+            o.onReports(rand() < 0.3 ? { ...b, round: step } : b);
+            if (rand() < 0.2) o.onReports(b); // duplicate delivery
+          }
+          expect(o.issued(KEY, W, WID)).to.be.at.most(limit);
+        }
+      });
+    }
+  });
+});

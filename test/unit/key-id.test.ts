@@ -1,0 +1,52 @@
+import { expect } from 'chai';
+import { ConfigError } from '../../lib/errors.js';
+import { KEY_ID_PATTERN, KeyHasher } from '../../lib/key-id.js';
+
+describe('key ids: versioned keyed hashes of API keys', () => {
+  const raw = 'sk_live_4f9a2c7e1b';
+  const hasher = new KeyHasher([
+    { version: 'v1', secret: 'first-secret-0123456789' },
+    { version: 'v2', secret: 'second-secret-0123456789' },
+  ]);
+
+  it('prefixes the current (highest) version and never contains the raw key', () => {
+    const id = hasher.hash(raw);
+    expect(id).to.match(KEY_ID_PATTERN);
+    expect(id.startsWith('v2:')).to.equal(true);
+    expect(id).to.not.include(raw);
+    expect(id).to.not.include(Buffer.from(raw).toString('base64url'));
+  });
+
+  it('is deterministic across instances with the same secret and differs with another secret', () => {
+    const again = new KeyHasher([{ version: 'v2', secret: 'second-secret-0123456789' }]);
+    expect(again.hash(raw)).to.equal(hasher.hash(raw));
+    const other = new KeyHasher([{ version: 'v2', secret: 'another-secret-012345678' }]);
+    expect(other.hash(raw)).to.not.equal(hasher.hash(raw));
+  });
+
+  it('hashes under every retained version for subject access and erasure', () => {
+    const all = hasher.hashAll(raw);
+    expect(all).to.have.length(2);
+    expect(all.map((id) => id.slice(0, 3))).to.have.members(['v1:', 'v2:']);
+    expect(all).to.include(hasher.hash(raw));
+  });
+
+  it('honours an explicit current version', () => {
+    expect(new KeyHasher([{ version: 'v1', secret: 'first-secret-0123456789' }, { version: 'v2', secret: 'second-secret-0123456789' }], 'v1').hash(raw)).to.match(/^v1:/);
+  });
+
+  it('rejects bad configuration listing every problem', () => {
+    try {
+      new KeyHasher([
+        { version: 'one', secret: 'short' },
+        { version: 'v1', secret: 'long-enough-secret-000' },
+        { version: 'v1', secret: 'long-enough-secret-111' },
+      ], 'v9');
+      expect.fail('should throw');
+    } catch (err) {
+      expect(err).to.be.instanceOf(ConfigError);
+      const paths = (err as ConfigError).problems.map((p) => p.path);
+      expect(paths).to.include.members(['keyHash.versions.0.version', 'keyHash.versions.0.secret', 'keyHash.versions.2.version', 'keyHash.current']);
+    }
+  });
+});

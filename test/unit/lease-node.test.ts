@@ -1,0 +1,199 @@
+import { expect } from 'chai';
+import { FakeClock } from '../../lib/clock.js';
+import { LeaseNode, type Denied } from '../../lib/lease-node.js';
+import { compilePolicy } from '../../lib/policy.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { demoPolicy } from '../support/fixtures.js';
+import { grantFor, RecordingLink } from '../support/links.js';
+
+const KEY = 'v1:KKKKKKKKKKKKKKKKKKKKKK';
+const policy = compilePolicy(demoPolicy());
+const free = policy.limitsFor(KEY, 't'); // burst 10/1 s, sustained 100/60 s
+
+function makeNode(link: RecordingLink, clock = new FakeClock()): LeaseNode {
+  return new LeaseNode(
+    { nodeId: 'n1', nodeEpoch: 'e1', shards: 8, maxBuckets: 1000, fastPathDeadlineMs: 1, demandRounds: 2, degradedAfterMs: 30_000 },
+    clock,
+    link,
+  );
+}
+
+/** A link whose owner grants exactly what each request asks for up to `caps` (per window length). */
+function grantingLink(caps: Record<number, number>): RecordingLink {
+  const issued = new Map<string, { n: number; seq: number }>();
+  return new RecordingLink((reqs) =>
+    reqs.flatMap((r) => {
+      const k = `${r.windowMs}|${r.windowId}`;
+      const s = issued.get(k) ?? { n: 0, seq: 0 };
+      const amount = Math.min(r.need, (caps[r.windowMs] ?? 0) - s.n);
+      if (amount <= 0) return [];
+      s.n += amount;
+      s.seq++;
+      issued.set(k, s);
+      return [grantFor(r, s.n, s.seq)];
+    }),
+  );
+}
+
+describe('lease node: the decision path', () => {
+  it('first sight asks the owner for credit and never grants itself a share (D3)', () => {
+    const link = new RecordingLink(() => []);
+    const node = makeNode(link);
+    const r = node.acquire(KEY, free) as Denied;
+    expect(r.admitted).to.equal(false);
+    expect(link.requests).to.have.length(1);
+    expect(link.requests[0]!.map((q) => [q.windowMs, q.need, q.fastPath])).to.deep.equal([
+      [1000, 1, true],
+      [60_000, 1, true],
+    ]);
+    const s = node.buckets.peek(KEY)!;
+    expect(s.buckets.map((b) => b.credit)).to.deep.equal([0, 0]);
+  });
+
+  it('admits from held credit with no call to the owner', () => {
+    const link = grantingLink({ 1000: 10, 60_000: 100 });
+    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: q.windowMs === 1000 ? 10 : 100 }))))(link.answer);
+    const node = makeNode(link);
+    for (let i = 0; i < 10; i++) expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(1);
+    expect(node.buckets.peek(KEY)!.buckets.map((b) => b.spent)).to.deep.equal([10, 10]);
+  });
+
+  it('takes credit from every window or from none (all-or-nothing)', () => {
+    // The owner grants the burst window but has nothing left for the sustained one.
+    const link = grantingLink({ 1000: 10, 60_000: 0 });
+    const node = makeNode(link);
+    const r = node.acquire(KEY, free) as Denied;
+    expect(r.admitted).to.equal(false);
+    expect(r.window).to.equal('sustained');
+    const [burst, sustained] = node.buckets.peek(KEY)!.buckets;
+    expect(burst!.credit).to.equal(1); // granted, not spent
+    expect(burst!.spent).to.equal(0);
+    expect(sustained!.spent).to.equal(0);
+  });
+
+  it('takes the fast path at most once per bucket per round (D2)', () => {
+    const link = grantingLink({ 1000: 1, 60_000: 100 });
+    const node = makeNode(link);
+    expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true }); // first sight: this round's ask
+    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // same round: no second ask
+    expect(link.requests).to.have.length(1);
+    node.endRound();
+    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // asks; the owner has nothing left
+    expect(link.requests).to.have.length(2);
+    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false);
+    expect(link.requests).to.have.length(2);
+    node.endRound();
+    node.acquire(KEY, free);
+    expect(link.requests).to.have.length(3);
+    expect(node.stats.fastPath).to.equal(3);
+  });
+
+  it('waits for a remote owner through a promise and admits when the grant lands', async () => {
+    const link = new RecordingLink((reqs) => Promise.resolve(reqs.map((r) => grantFor(r, 5, 1))));
+    const node = makeNode(link);
+    const pending = node.acquire(KEY, free);
+    expect(pending).to.be.instanceOf(Promise);
+    expect(await pending).to.deep.equal({ admitted: true });
+    expect(node.buckets.peek(KEY)!.buckets.map((b) => b.credit)).to.deep.equal([4, 4]);
+  });
+
+  it('denies when the fast path expires (the link settles with undefined) and counts it', async () => {
+    const link = new RecordingLink(() => Promise.resolve(undefined));
+    const node = makeNode(link);
+    const r = (await node.acquire(KEY, free)) as Denied;
+    expect(r.admitted).to.equal(false);
+    expect(node.stats.fastPathTimeouts).to.equal(1);
+  });
+
+  describe('Retry-After input: the latest boundary among windows that could deny (H2)', () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const burstEnd = (now: number) => windowEndMs(windowIdAt(now, 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    const sustEnd = (now: number) => windowEndMs(windowIdAt(now, 60_000, phaseOffset(KEY, 60_000)), 60_000, phaseOffset(KEY, 60_000));
+
+    it('only the burst window is short: wait to the burst boundary', () => {
+      const node = makeNode(grantingLink({ 1000: 0, 60_000: 100 }), clock);
+      const r = node.acquire(KEY, free) as Denied;
+      expect(r.window).to.equal('burst');
+      expect(r.retryAfterMs).to.equal(burstEnd(clock.now()) - clock.now());
+    });
+
+    it('both windows short: wait to the later (sustained) boundary, not the one checked first', () => {
+      const node = makeNode(grantingLink({ 1000: 0, 60_000: 0 }), clock);
+      const r = node.acquire(KEY, free) as Denied;
+      expect(r.window).to.equal('sustained');
+      expect(r.retryAfterMs).to.equal(sustEnd(clock.now()) - clock.now());
+      expect(r.retryAfterMs).to.be.above(burstEnd(clock.now()) - clock.now() - 1);
+    });
+  });
+
+  describe('grants (L4)', () => {
+    function setup() {
+      const link = new RecordingLink(() => []);
+      const node = makeNode(link);
+      node.acquire(KEY, free);
+      const [burstReq] = link.requests[0]!;
+      return { node, req: burstReq!, bucket: node.buckets.peek(KEY)!.buckets[0]! };
+    }
+
+    it('apply once: a duplicate changes nothing', () => {
+      const { node, req, bucket } = setup();
+      expect(node.applyGrant(grantFor(req, 6, 1))).to.equal(true);
+      expect(node.applyGrant(grantFor(req, 6, 1))).to.equal(false);
+      expect(bucket.credit).to.equal(6);
+    });
+
+    it('out of order: an older grant arriving late never lowers or adds credit', () => {
+      const { node, req, bucket } = setup();
+      node.applyGrant(grantFor(req, 9, 2));
+      expect(node.applyGrant(grantFor(req, 4, 1))).to.equal(false);
+      expect(bucket.credit).to.equal(9);
+    });
+
+    it('cumulative: a later grant raises credit by the difference only', () => {
+      const { node, req, bucket } = setup();
+      node.applyGrant(grantFor(req, 4, 1));
+      node.applyGrant(grantFor(req, 9, 2));
+      expect(bucket.issued).to.equal(9);
+    });
+
+    it('a grant for another node epoch (a previous life of this node) is ignored', () => {
+      const { node, req, bucket } = setup();
+      expect(node.applyGrant({ ...grantFor(req, 50, 1), nodeEpoch: 'old-epoch' })).to.equal(false);
+      expect(bucket.credit).to.equal(0);
+    });
+
+    it('a grant for an earlier lease of the same bucket (before eviction and reload) is ignored', () => {
+      const { node, req, bucket } = setup();
+      expect(node.applyGrant({ ...grantFor(req, 50, 7), lease: req.lease - 1 })).to.equal(false);
+      expect(bucket.credit).to.equal(0);
+    });
+
+    it('a grant for a past window is ignored', () => {
+      const { node, req, bucket } = setup();
+      expect(node.applyGrant({ ...grantFor(req, 50, 1), windowId: req.windowId - 1 })).to.equal(false);
+      expect(bucket.credit).to.equal(0);
+    });
+  });
+
+  it('ends a round with one batch per touched shard, cumulative spend and the round as seq (B2)', () => {
+    const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 500 }))))(link.answer);
+    const node = makeNode(link);
+    for (let i = 0; i < 30; i++) node.acquire(KEY, free);
+    node.acquire('v1:OTHERKEYOTHERKEYOTHERK', free);
+    const batches = node.endRound();
+    const reports = batches.flatMap((b) => b.reports);
+    expect(reports).to.have.length(4);
+    expect(new Set(batches.map((b) => b.shard)).size).to.equal(batches.length);
+    const mine = reports.filter((r) => r.keyId === KEY);
+    expect(mine.map((r) => [r.windowMs, r.spent, r.seq, r.selfGrant])).to.have.deep.members([
+      [1000, 30, 0, false],
+      [60_000, 30, 0, false],
+    ]);
+    expect(mine.every((r) => r.demand === 60)).to.equal(true); // 30 requests × 2 rounds of lookahead
+    expect(link.published).to.have.length(batches.length);
+    // Untouched keys are not reported next round.
+    expect(node.endRound()).to.have.length(0);
+  });
+});

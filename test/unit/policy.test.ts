@@ -1,0 +1,91 @@
+import { expect } from 'chai';
+import { PolicyError } from '../../lib/errors.js';
+import { compilePolicy } from '../../lib/policy.js';
+import { demoPolicy } from '../support/fixtures.js';
+
+function problemsOf(input: unknown): string[] {
+  try {
+    compilePolicy(input);
+  } catch (err) {
+    expect(err).to.be.instanceOf(PolicyError);
+    expect((err as PolicyError).code).to.equal('RL_POLICY');
+    return (err as PolicyError).problems.map((p) => `${p.path}: ${p.message}`);
+  }
+  return expect.fail('policy should have been rejected');
+}
+
+describe('policy model and validation', () => {
+  const keyId = 'v1:AAAAAAAAAAAAAAAAAAAAAA';
+
+  it('resolves key override, then tenant plan, then default plan', () => {
+    const p = compilePolicy(
+      demoPolicy({ keys: { [keyId]: { plan: 'pro' } }, tenants: { big: { plan: 'hour', share: 0.9 } } }),
+    );
+    expect(p.limitsFor(keyId, 'big').id).to.equal('plan:pro');
+    expect(p.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'big').id).to.equal('plan:hour');
+    expect(p.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'small').id).to.equal('plan:free');
+    expect(p.limitsFor(keyId, 'small').windows.map((w) => [w.name, w.limit, w.windowMs])).to.deep.equal([
+      ['burst', 100, 1000],
+      ['sustained', 5000, 60_000],
+    ]);
+  });
+
+  it('compiles per-key explicit windows and the RateLimit-Policy header once', () => {
+    const p = compilePolicy(demoPolicy({ keys: { [keyId]: { windows: [{ name: 'special', limit: 7, windowMs: 2500 }] } } }));
+    const l = p.limitsFor(keyId, 't');
+    expect(l.id).to.equal(`key:${keyId}`);
+    expect(l.policyHeader).to.equal('"special";q=7;w=3');
+    expect(p.limitsFor('v1:CCCCCCCCCCCCCCCCCCCCCC', 't').policyHeader).to.equal('"burst";q=10;w=1, "sustained";q=100;w=60');
+    expect(p.limitsFor(keyId, 't')).to.equal(l); // the same frozen object: nothing built per request
+  });
+
+  it('resolves route classes: fail mode and the anonymous plan', () => {
+    const p = compilePolicy(demoPolicy({ routeClasses: { payments: { failMode: 'closed' }, public: { plan: 'free' } } }));
+    expect(p.failClosed('payments')).to.equal(true);
+    expect(p.failClosed('public')).to.equal(false);
+    expect(p.failClosed('unknown')).to.equal(false);
+    expect(p.anonymousLimitsFor('public').id).to.equal('plan:free');
+    expect(p.anonymousLimitsFor('other').id).to.equal('plan:anonymous');
+  });
+
+  it('tenant share: tenant profile, else the capacity default, else unlimited', () => {
+    expect(compilePolicy(demoPolicy()).tenantShare('a')).to.equal(undefined);
+    const p = compilePolicy(demoPolicy({ capacity: { nodeAdmissionsPerSecond: 100, tenantShare: 0.25 }, tenants: { a: { share: 0.5 } } }));
+    expect(p.tenantShare('a')).to.equal(0.5);
+    expect(p.tenantShare('b')).to.equal(0.25);
+  });
+
+  it('is frozen: the compiled document cannot be changed afterwards', () => {
+    const p = compilePolicy(demoPolicy());
+    expect(Object.isFrozen(p.doc)).to.equal(true);
+    expect(Object.isFrozen(p.doc.plans.free!.windows[0])).to.equal(true);
+  });
+
+  const bad: Array<[string, unknown, string[]]> = [
+    ['not an object', 42, ['(root): must be of type object']],
+    ['missing everything', {}, ['version: is required', 'plans: is required', 'defaultPlan: is required', 'anonymousPlan: is required']],
+    [
+      'bad windows, listed together',
+      demoPolicy({ plans: { free: { windows: [{ name: 'a', limit: 0, windowMs: 10 }, { name: 'a', limit: 5, windowMs: 1000 }] }, anonymous: { windows: [] } } }),
+      ['plans.free.windows.0.limit: must be greater than or equal to 1', 'plans.free.windows.0.windowMs: must be greater than or equal to 1000', 'plans.free.windows.1: contains a duplicate value', 'plans.anonymous.windows: must contain at least 1 items'],
+    ],
+    ['unknown plan references', demoPolicy({ defaultPlan: 'gold', tenants: { t: { plan: 'silver' } }, routeClasses: { x: { plan: 'bronze' } } }), ['defaultPlan: unknown plan "gold"', 'tenants.t.plan: unknown plan "silver"', 'routeClasses.x.plan: unknown plan "bronze"']],
+    ['a raw key as override key', demoPolicy({ keys: { 'sk_live_123': { plan: 'pro' } } }), ['keys: overrides must be keyed by key id (v1:…), never by raw key']],
+    ['override with both plan and windows', demoPolicy({ keys: { [keyId]: { plan: 'pro', windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), [`keys.${keyId}: contains a conflict between exclusive peers [plan, windows]`]],
+    ['bad fail mode and share', demoPolicy({ routeClasses: { x: { failMode: 'maybe' as 'open' } }, tenants: { t: { share: 1.5 } } }), ['routeClasses.x.failMode: must be one of [open, closed]', 'tenants.t.share: must be less than or equal to 1']],
+    [
+      'a longer window with a smaller limit',
+      demoPolicy({ plans: { free: { windows: [{ name: 'burst', limit: 10, windowMs: 1000 }, { name: 'sustained', limit: 5, windowMs: 60_000 }] }, anonymous: { windows: [{ name: 'a', limit: 1, windowMs: 1000 }] } } }),
+      ['plans.free.windows: window "sustained" (5 per 60000 ms) is longer than "burst" but allows fewer requests (10), so "burst" can never bind'],
+    ],
+  ];
+  for (const [name, input, expected] of bad) {
+    it(`rejects ${name}, naming every field`, () => {
+      expect(problemsOf(input)).to.include.members(expected);
+    });
+  }
+
+  it('never echoes a raw key found where a key id belongs', () => {
+    expect(problemsOf(demoPolicy({ keys: { sk_live_secret_123: { plan: 'pro' } } })).join(' ')).to.not.include('sk_live_secret_123');
+  });
+});
