@@ -11,7 +11,7 @@ export interface FoldOwnerConfig {
   readonly reserveRatio: number;
   /** Round length T; ledgers live until window end + 2 rounds. */
   readonly roundMs: number;
-  /** Live fleet size, for the size of a first grant. */
+  /** Live fleet size, for the fair-share floor of a requested grant. */
   readonly fleetSize: () => number;
 }
 
@@ -61,10 +61,14 @@ export class FoldOwner {
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     lease.demand = Math.max(lease.demand, req.demand);
+    lease.spent = Math.max(lease.spent, req.spent);
     const held = lease.issued - lease.spent;
-    const firstShare = lease.grantSeq === 0 ? Math.ceil(ledger.allowance / Math.max(1, this.cfg.fleetSize())) : 0;
-    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held, firstShare);
-    let amount = Math.min(want, this.pool(ledger));
+    const pool = this.pool(ledger);
+    // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
+    // key whose traffic is pinned to one node) is not held to demand-sized sips, one ask per round.
+    const share = Math.ceil(pool / Math.max(1, this.cfg.fleetSize()));
+    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held, share);
+    let amount = Math.min(want, pool);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
       if (reserve > 0) {

@@ -191,6 +191,7 @@ export class LeaseNode {
         nodeId: this.cfg.nodeId,
         nodeEpoch: this.cfg.nodeEpoch,
         lease: b.lease,
+        spent: b.spent,
         need: cost - b.credit,
         demand: Math.max(cost, this.demandOf(b)),
         fastPath: true,

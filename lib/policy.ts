@@ -183,24 +183,38 @@ function compileLimits(id: string, defs: readonly WindowDef[]): ResolvedLimits {
 export function compilePolicy(input: unknown): CompiledPolicy {
   const { error, value } = policySchema.validate(input, { abortEarly: false, convert: false });
   const problems: Problem[] = error ? joiProblems(error) : [];
-  if (error) throw new PolicyError(problems);
-  const doc = value as PolicyDoc;
-  const known = (name: string | undefined, path: string): void => {
-    if (name !== undefined && !Object.hasOwn(doc.plans, name)) problems.push({ path, message: `unknown plan "${name}"` });
+  // Cross-references are checked even when the schema failed, so one pass reports everything.
+  const doc = (error ? input : value) as Partial<PolicyDoc> | null;
+  if (doc !== null && typeof doc === 'object') crossCheck(doc, problems);
+  if (problems.length) throw new PolicyError(problems);
+  return new CompiledPolicy(deepFreeze(structuredClone(value as PolicyDoc)));
+}
+
+/** Checks what joi cannot: plan references, key-id shaped override keys, windows that never bind. */
+function crossCheck(doc: Partial<PolicyDoc>, problems: Problem[]): void {
+  const plans = isRecord(doc.plans) ? doc.plans : {};
+  const known = (name: unknown, path: string): void => {
+    if (typeof name === 'string' && !Object.hasOwn(plans, name)) problems.push({ path, message: `unknown plan "${name}"` });
   };
   known(doc.defaultPlan, 'defaultPlan');
   known(doc.anonymousPlan, 'anonymousPlan');
-  for (const [t, def] of Object.entries(doc.tenants ?? {})) known(def.plan, `tenants.${t}.plan`);
-  for (const [k, def] of Object.entries(doc.keys ?? {})) {
+  for (const [t, def] of entries<TenantDef>(doc.tenants)) known(def?.plan, `tenants.${t}.plan`);
+  for (const [k, def] of entries<KeyOverrideDef>(doc.keys)) {
     // The offending name is not echoed: it may be a raw key pasted by mistake.
     if (!KEY_ID_PATTERN.test(k)) problems.push({ path: 'keys', message: 'overrides must be keyed by key id (v1:…), never by raw key' });
-    known(def.plan, `keys.${k}.plan`);
-    if (def.windows) checkWindowOrder(def.windows, `keys.${k}.windows`, problems);
+    known(def?.plan, `keys.${k}.plan`);
+    if (Array.isArray(def?.windows)) checkWindowOrder(def.windows, `keys.${k}.windows`, problems);
   }
-  for (const [r, def] of Object.entries(doc.routeClasses ?? {})) known(def.plan, `routeClasses.${r}.plan`);
-  for (const [p, def] of Object.entries(doc.plans)) checkWindowOrder(def.windows, `plans.${p}.windows`, problems);
-  if (problems.length) throw new PolicyError(problems);
-  return new CompiledPolicy(deepFreeze(structuredClone(doc)));
+  for (const [r, def] of entries<RouteClassDef>(doc.routeClasses)) known(def?.plan, `routeClasses.${r}.plan`);
+  for (const [p, def] of entries<PlanDef>(plans)) if (Array.isArray(def?.windows)) checkWindowOrder(def.windows, `plans.${p}.windows`, problems);
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function entries<T>(v: unknown): Array<[string, T | undefined]> {
+  return isRecord(v) ? (Object.entries(v) as Array<[string, T | undefined]>) : [];
 }
 
 /**
@@ -208,8 +222,9 @@ export function compilePolicy(input: unknown): CompiledPolicy {
  * operator almost certainly swapped two numbers, so it is rejected rather than silently ignored.
  */
 function checkWindowOrder(windows: readonly WindowDef[], path: string, problems: Problem[]): void {
-  for (const a of windows) {
-    for (const b of windows) {
+  const valid = windows.filter((w) => Number.isFinite(w?.windowMs) && Number.isFinite(w?.limit));
+  for (const a of valid) {
+    for (const b of valid) {
       if (a !== b && a.windowMs === b.windowMs && a.name < b.name) {
         problems.push({ path, message: `windows "${a.name}" and "${b.name}" have the same length; keep the one that binds` });
       }

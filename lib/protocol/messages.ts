@@ -17,6 +17,8 @@ export interface CreditRequest {
   readonly nodeId: string;
   readonly nodeEpoch: string;
   readonly lease: number;
+  /** Cumulative admissions on this lease (fresher than the last report). */
+  readonly spent: number;
   /** Credit needed now to admit the waiting request. */
   readonly need: number;
   /** Requests the node expects for this bucket over the next rounds. */

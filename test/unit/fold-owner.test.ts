@@ -12,7 +12,7 @@ function owner(fleet = 4, reserveRatio = 0.02): FoldOwner {
 }
 
 function req(node: string, need: number, demand: number, fastPath = true, limit = 1000): CreditRequest {
-  return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, need, demand, fastPath };
+  return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, need, demand, fastPath };
 }
 
 function batch(node: string, epoch: string, seq: number, spent: number, demand = 0, limit = 1000): ReportBatch {
@@ -21,15 +21,25 @@ function batch(node: string, epoch: string, seq: number, spent: number, demand =
 }
 
 describe('fold owner: the only issuer of credit', () => {
-  it('sizes a first grant at allowance / fleet, later ones from demand × headroom', () => {
+  it('sizes a requested grant from demand × headroom, at least a fair share of what is left', () => {
     const o = owner(4);
     const g1 = o.onCreditRequest(req('a', 1, 2))!;
-    expect(g1.issued).to.equal(250);
+    expect(g1.issued).to.equal(245); // (1000 − 20 reserve) / 4
     expect(g1.ownerEpoch).to.equal(7);
     expect(g1.grantSeq).to.equal(1);
-    const g2 = o.onCreditRequest(req('a', 1, 400))!; // demand 400 × 1.25 = 500, holds 250 → +250
+    const g2 = o.onCreditRequest(req('a', 1, 400))!; // demand 400 × 1.25 = 500, holds 245 → +255
     expect(g2.issued).to.equal(500);
     expect(g2.grantSeq).to.equal(2);
+    const g3 = o.onCreditRequest({ ...req('b', 1, 1), spent: 0 })!; // pool 480 / 4 nodes
+    expect(g3.issued).to.equal(120);
+  });
+
+  it('takes the spend a request carries as fresher than the last report', () => {
+    const o = owner(4);
+    o.onCreditRequest(req('a', 1, 1)); // 245
+    const g = o.onCreditRequest({ ...req('a', 1, 400), spent: 245 })!; // holds 0: wants the full 500
+    expect(g.issued).to.equal(745);
+    expect(o.spent(KEY, W, WID)).to.equal(245);
   });
 
   it('holds back the reserve (R = 2 %) from ordinary grants', () => {
@@ -83,10 +93,10 @@ describe('fold owner: the only issuer of credit', () => {
 
   it('tops up a node whose advertised demand outruns the credit it holds', () => {
     const o = owner(4);
-    o.onCreditRequest(req('a', 1, 1)); // 250 issued to a-e1
-    const grants = o.onReports(batch('a', 'a-e1', 1, 240, 100)); // holds 10, wants 125
+    o.onCreditRequest(req('a', 1, 1)); // 245 issued to a-e1
+    const grants = o.onReports(batch('a', 'a-e1', 1, 240, 100)); // holds 5, wants 125
     expect(grants).to.have.length(1);
-    expect(grants[0]!.issued).to.equal(250 + 115);
+    expect(grants[0]!.issued).to.equal(245 + 120);
   });
 
   it('drops ledgers two rounds after the window ends', () => {

@@ -1,0 +1,98 @@
+import { expect } from 'chai';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { KeyHasher } from '../../lib/key-id.js';
+import { phaseOffset } from '../../lib/window.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const SERVER = join(ROOT, 'dist/demo/server.js');
+const SECRET = 'e2e-demo-secret-0123456789';
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitReady(url: string, child: ChildProcess): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(url)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('server did not start');
+}
+
+describe('demo server process (npm start)', () => {
+  it('serves the demo: 12 quick demo-free requests give 10 × 200 then 429 with Retry-After 0', async function () {
+    const port = await freePort();
+    const child = spawn(process.execPath, [SERVER], { env: { ...process.env, PORT: String(port), LOG_LEVEL: 'warn', KEY_HASH_SECRET: SECRET }, stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      await waitReady(`http://127.0.0.1:${port}/healthz`, child);
+      // Start just after this key's own burst boundary so the 12 requests share one 1 s window.
+      const offset = phaseOffset(new KeyHasher([{ version: 'v1', secret: SECRET }]).hash('demo-free'), 1000);
+      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000));
+      const results: Array<{ status: number; retryAfter: string | null; resetMs: string | null; body: string }> = [];
+      for (let i = 0; i < 12; i++) {
+        const res = await fetch(`http://127.0.0.1:${port}/api/hello`, { headers: { 'x-api-key': 'demo-free' } });
+        results.push({ status: res.status, retryAfter: res.headers.get('retry-after'), resetMs: res.headers.get('x-ratelimit-reset-ms'), body: await res.text() });
+      }
+      // The 1 s burst window may roll over during the run; then more than 10 are admitted, never fewer.
+      const first429 = results.findIndex((r) => r.status === 429);
+      console.log(results.map((r) => r.status));
+      expect(first429).to.be.at.least(10);
+      if (first429 === 10) {
+        expect(results.slice(0, 10).every((r) => r.status === 200)).to.equal(true);
+        const denial = results[10]!;
+        expect(denial.retryAfter).to.equal('0');
+        expect(Number(denial.resetMs)).to.be.within(1, 1000);
+        expect(JSON.parse(denial.body)).to.include({ error: 'RL_QUOTA_EXCEEDED', window: 'burst', status: 429 });
+      }
+      const unknown = await fetch(`http://127.0.0.1:${port}/api/hello`, { headers: { 'x-api-key': 'who-is-this' } });
+      expect(unknown.status).to.equal(401);
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
+  it('refuses to start on an invalid policy file, naming the bad fields', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rl-demo-'));
+    const file = join(dir, 'policy.json');
+    const good = JSON.parse(readFileSync(join(ROOT, 'demo/policy.json'), 'utf8'));
+    good.policy.plans.free.windows[0].limit = -1;
+    good.demoKeys['demo-free'].plan = 'platinum';
+    writeFileSync(file, JSON.stringify(good));
+    const run = spawnSync(process.execPath, [SERVER], { env: { ...process.env, PORT: '0', POLICY_FILE: file }, encoding: 'utf8', timeout: 10_000 });
+    expect(run.status).to.equal(1);
+    expect(run.stderr).to.include('demoKeys.demo-free.plan: unknown plan "platinum"');
+    expect(run.stderr).to.include('policy.plans.free.windows.0.limit');
+  });
+});
+
+describe('policy check (npm run policy:check)', () => {
+  it('accepts the demo policy and rejects a bad one with every problem, exit 1', () => {
+    const ok = spawnSync(process.execPath, [join(ROOT, 'dist/admin/policy-check.js'), join(ROOT, 'demo/policy.json')], { encoding: 'utf8' });
+    expect(ok.status).to.equal(0);
+    expect(ok.stdout).to.include('valid, version 1');
+    const dir = mkdtempSync(join(tmpdir(), 'rl-check-'));
+    const bad = join(dir, 'bad.json');
+    writeFileSync(bad, JSON.stringify({ version: 1, plans: { p: { windows: [{ name: 'w', limit: 5, windowMs: 10 }] } }, defaultPlan: 'p', anonymousPlan: 'q' }));
+    const run = spawnSync(process.execPath, [join(ROOT, 'dist/admin/policy-check.js'), bad], { encoding: 'utf8' });
+    expect(run.status).to.equal(1);
+    expect(run.stdout).to.include('plans.p.windows.0.windowMs: must be greater than or equal to 1000');
+    expect(run.stdout).to.include('anonymousPlan: unknown plan "q"');
+  });
+});
