@@ -1,3 +1,4 @@
+import { ErrorCode, RateLimiterError } from './errors.js';
 import type { CreditRequest, Grant, Report, ReportBatch } from './protocol/messages.js';
 import { phaseOffset, windowEndMs } from './window.js';
 
@@ -40,8 +41,12 @@ interface Ledger {
   readonly leases: Map<string, Lease>;
 }
 
-/** Thrown if a grant would break sum(issued) ≤ allowance; it must be unreachable. */
-export class InvariantViolation extends Error {}
+/** Thrown if a grant would break sum(issued) ≤ allowance (L2); it must be unreachable. */
+export class InvariantViolation extends RateLimiterError {
+  constructor(message: string) {
+    super(ErrorCode.INTERNAL, message);
+  }
+}
 
 /**
  * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit.

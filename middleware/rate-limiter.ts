@@ -4,6 +4,7 @@ import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
 import { FoldOwner } from '../lib/fold-owner.js';
 import { KeyHasher } from '../lib/key-id.js';
@@ -243,10 +244,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 }
 
 function checkIdentity(who: Identity): void {
-  if (typeof who.principal !== 'string' || who.principal.length === 0) {
-    throw new TypeError('identify() returned an identity without a principal');
-  }
-  if (typeof who.tenant !== 'string' || who.tenant.length === 0) {
-    throw new TypeError('identify() returned an identity without a tenant');
+  for (const field of ['principal', 'tenant'] as const) {
+    if (typeof who[field] !== 'string' || who[field].length === 0) {
+      throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity without a ${field}`);
+    }
   }
 }

@@ -117,9 +117,11 @@ describe('rateLimiter middleware', () => {
   });
 
   it('treats a malformed identity as a limiter fault (fail-open), never as a shared anonymous bucket', async () => {
-    const { app, limiter } = appWith({ identify: () => ({ principal: '', tenant: 't' }) });
+    const logs = captureLogger();
+    const { app, limiter } = appWith({ identify: () => ({ principal: '', tenant: 't' }), logger: logs.logger });
     expect(await statuses(app, 2, {})).to.deep.equal([200, 200]);
     expect(limiter.stats.failOpen).to.equal(2);
+    expect((logs.lines[0]!.err as { code: string }).code).to.equal('RL_IDENTITY');
   });
 
   it('falls back to the anonymous class (network range + route class) without identity', async () => {
