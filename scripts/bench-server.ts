@@ -1,4 +1,6 @@
-import { pathToFileURL } from 'node:url';
+import { fork, type ChildProcess } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import express, { type Request, type RequestHandler } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { Redis } from 'ioredis';
@@ -9,10 +11,10 @@ import type { Identity } from '../middleware/options.js';
 import { rateLimiter, type RateLimiterMiddleware } from '../middleware/rate-limiter.js';
 
 /**
- * One Express app per benchmark variant, each in its own process (forked by bench.ts) so that the load
- * generator and the server never share an event loop. Protocol over IPC: the child sends
- * `{type:'ready', port}` or `{type:'skip', reason}`; it answers `{type:'stats'}` with its limiter's
- * counters; it exits when the parent disconnects, so a crashed parent leaves no server behind.
+ * One Express app per benchmark variant, each in its own process so that the load generator and the
+ * server never share an event loop; both ends of the IPC protocol live here. The child sends
+ * `{type:'ready', port}` or `{type:'skip', reason}`, answers `{type:'stats'}` with its limiter's
+ * counters, and exits when the parent disconnects, so even a crashed benchmark leaves no server behind.
  */
 
 /** Every variant the benchmark knows, in the order it runs them. */
@@ -25,7 +27,7 @@ export type Variant = (typeof VARIANTS)[number];
 export const HUGE = 1_000_000_000;
 
 /** Messages a server child sends to the benchmark. */
-export type ServerMessage =
+type ServerMessage =
   | { type: 'ready'; port: number }
   | { type: 'skip'; reason: string }
   | { type: 'stats'; stats: Record<string, unknown> | undefined };
@@ -47,6 +49,52 @@ export function benchIdentity(req: Request): Identity {
   return { principal: apiKey(req), tenant: 't1' };
 }
 
+// ---- Parent side ----
+
+const children = new Set<ChildProcess>();
+
+/** Forks the server of `variant` and waits until it listens (or reports why it cannot run). */
+export function startServer(variant: Variant): Promise<{ child: ChildProcess; port: number } | { skipped: string }> {
+  // The child's stdout goes to our stderr: with --json nothing but the result may reach stdout.
+  const child = fork(fileURLToPath(import.meta.url), [variant], { stdio: ['ignore', 2, 2, 'ipc'] });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${variant} server did not start within 15 s`)), 15_000).unref();
+    child.once('exit', (code) => reject(new Error(`${variant} server exited (code ${code}) before it was ready`)));
+    child.on('message', (m: ServerMessage) => {
+      if (m.type === 'ready') resolve({ child, port: m.port });
+      if (m.type === 'skip') resolve({ skipped: m.reason });
+      clearTimeout(timer);
+    });
+  });
+}
+
+/** Stops a server (SIGKILL if SIGTERM is ignored); with `withStats`, first fetches its limiter's counters. */
+export async function stopServer(child: ChildProcess, withStats = false): Promise<Record<string, unknown> | undefined> {
+  let stats: Record<string, unknown> | undefined;
+  if (withStats && child.connected) {
+    stats = await new Promise((resolve) => {
+      setTimeout(() => resolve(undefined), 2000).unref();
+      child.on('message', (m: ServerMessage) => m.type === 'stats' && resolve(m.stats));
+      child.send({ type: 'stats' });
+    });
+  }
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    if ((await Promise.race([exited, sleep(3000, 'late')])) === 'late') child.kill('SIGKILL');
+  }
+  return stats;
+}
+
+/** Stops every server still running; for the end of the run and for error and signal paths. */
+export function stopAllServers(): Promise<unknown> {
+  return Promise.all([...children].map((c) => stopServer(c)));
+}
+
+// ---- Child side ----
+
 /** rate-limiter-flexible has no Express middleware of its own; this is the usual few lines. */
 function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
   return (req, res, next) => {
@@ -60,15 +108,19 @@ function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
 
 async function connectRedis(url: string): Promise<Redis> {
   // rlf's documented ioredis setup: no offline queue, so an outage fails fast instead of queueing.
-  const redis = new Redis(url, { enableOfflineQueue: false, lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 1, retryStrategy: () => null });
-  redis.on('error', () => undefined); // surfaced through connect()/consume(), not as an unhandled event
+  const redis = new Redis(url, {
+    enableOfflineQueue: false, lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 1, retryStrategy: () => null,
+  });
+  // The 'error' event carries the cause (ECONNREFUSED…); connect() itself only says the connection closed.
+  let cause: Error | undefined;
+  redis.on('error', (err: Error) => (cause ??= err));
   try {
     await redis.connect();
     await redis.ping();
     return redis;
   } catch (err) {
     redis.disconnect();
-    throw err;
+    throw cause ?? err;
   }
 }
 
@@ -96,8 +148,10 @@ async function main(variant: string): Promise<void> {
       try {
         redis = await connectRedis(url);
       } catch (err) {
-        send({ type: 'skip', reason: `Redis at ${url} unreachable: ${(err as Error).message}` });
-        process.exit(0);
+        // Exit only once the message is out, or the parent would see a crash instead of a skip.
+        const reason = `Redis at ${url} unreachable: ${(err as Error).message}`;
+        process.send?.({ type: 'skip', reason } satisfies ServerMessage, () => process.exit(0));
+        return;
       }
       guard = rlfMiddleware(new RateLimiterRedis({ storeClient: redis, keyPrefix: `bench-${process.pid}`, points: HUGE, duration: 60 }));
       break;
@@ -127,7 +181,9 @@ async function main(variant: string): Promise<void> {
   process.on('message', (m: { type?: string }) => {
     if (m?.type !== 'stats') return;
     const node = limiter?.node;
-    const stats = limiter && node ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size, overCap: node.buckets.overCap } : undefined;
+    const stats = limiter && node
+      ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size, overCap: node.buckets.overCap }
+      : undefined;
     send({ type: 'stats', stats });
   });
   process.once('disconnect', stop);
@@ -135,7 +191,7 @@ async function main(variant: string): Promise<void> {
   process.once('SIGINT', stop);
 }
 
-// Only run as a server when forked; bench.ts also imports this module for the shared helpers.
+// Serve only when this file is the entry point: bench.ts imports it for the helpers and the parent side.
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main(process.argv[2] ?? '').catch((err: unknown) => {
     process.stderr.write(`bench-server ${process.argv[2] ?? ''}: ${(err as Error).stack ?? String(err)}\n`);
