@@ -64,12 +64,15 @@ export class BucketMap {
   get(keyId: string, limits: ResolvedLimits, nowMs: number, round = 0): Subject {
     const found = this.map.get(keyId);
     if (found !== undefined) {
-      // Re-inserting moves the key to the most recently used end of the Map's order.
-      this.map.delete(keyId);
       if (found.limits === limits) {
-        this.map.set(keyId, found);
+        // Re-inserting moves the key to the most recently used end; once per round is recent enough.
+        if (found.touchedRound !== round) {
+          this.map.delete(keyId);
+          this.map.set(keyId, found);
+        }
         return found;
       }
+      this.map.delete(keyId);
       this.bucketCount -= found.buckets.length;
     }
     // After a policy change, windows of the same length keep their lease: the owner still counts it.

@@ -38,7 +38,8 @@ interface Ledger {
   allowance: number;
   issuedTotal: number;
   reserveReleased: boolean;
-  readonly leases: Map<string, Lease>;
+  /** Few per ledger (one per node epoch and bucket life that asked): an array beats a Map here. */
+  leases: Lease[];
 }
 
 /** Thrown if a grant would break sum(issued) ≤ allowance (L2); it must be unreachable. */
@@ -55,7 +56,9 @@ export class InvariantViolation extends RateLimiterError {
  * never issues more than the window's allowance, reserve included (L2). Pure: no timers, no I/O.
  */
 export class FoldOwner {
-  private readonly ledgers = new Map<string, Ledger>();
+  /** Ledgers by key id (the same string the node side holds), then a short list per window. */
+  private readonly ledgers = new Map<string, Ledger[]>();
+  private ledgerCount = 0;
   /** Counters read by metrics and tests. */
   readonly stats = { grants: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
 
@@ -104,25 +107,30 @@ export class FoldOwner {
 
   /** Drops ledgers of windows that ended more than two rounds ago. */
   sweep(nowMs: number): void {
-    for (const [k, l] of this.ledgers) if (l.windowEnd + 2 * this.cfg.roundMs <= nowMs) this.ledgers.delete(k);
+    const horizon = nowMs - 2 * this.cfg.roundMs;
+    for (const [keyId, list] of this.ledgers) {
+      const live = list.filter((l) => l.windowEnd > horizon);
+      this.ledgerCount -= list.length - live.length;
+      if (live.length === 0) this.ledgers.delete(keyId);
+      else if (live.length !== list.length) this.ledgers.set(keyId, live);
+    }
   }
 
   /** Total credit issued for a (key, window) — what L2 bounds. */
   issued(keyId: string, windowMs: number, windowId: number): number {
-    return this.ledgers.get(ledgerKey(keyId, windowMs, windowId))?.issuedTotal ?? 0;
+    return this.find(keyId, windowMs, windowId)?.issuedTotal ?? 0;
   }
 
-  /** Admissions merged from reports for a (key, window), summed over node epochs. */
+  /** Admissions merged from reports for a (key, window), summed over leases and node epochs. */
   spent(keyId: string, windowMs: number, windowId: number): number {
-    const l = this.ledgers.get(ledgerKey(keyId, windowMs, windowId));
     let sum = 0;
-    if (l) for (const lease of l.leases.values()) sum += lease.spent;
+    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.spent;
     return sum;
   }
 
   /** Number of ledgers held. */
   get size(): number {
-    return this.ledgers.size;
+    return this.ledgerCount;
   }
 
   /** Max seq wins within a node epoch; a lower or equal seq is a duplicate or reordered entry. */
@@ -171,13 +179,21 @@ export class FoldOwner {
     return Math.floor(l.allowance * this.cfg.reserveRatio);
   }
 
+  private find(keyId: string, windowMs: number, windowId: number): Ledger | undefined {
+    const list = this.ledgers.get(keyId);
+    if (list !== undefined) for (const l of list) if (l.windowId === windowId && l.windowMs === windowMs) return l;
+    return undefined;
+  }
+
   private ledgerFor(keyId: string, windowId: number, windowMs: number, limit: number): Ledger {
-    const k = ledgerKey(keyId, windowMs, windowId);
-    let l = this.ledgers.get(k);
+    let l = this.find(keyId, windowMs, windowId);
     if (l === undefined) {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
-      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, issuedTotal: 0, reserveReleased: false, leases: new Map() };
-      this.ledgers.set(k, l);
+      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, issuedTotal: 0, reserveReleased: false, leases: [] };
+      const list = this.ledgers.get(keyId);
+      if (list === undefined) this.ledgers.set(keyId, [l]);
+      else list.push(l);
+      this.ledgerCount++;
     }
     // A policy change mid-window moves the allowance; credit already issued stays issued.
     l.allowance = limit;
@@ -185,16 +201,11 @@ export class FoldOwner {
   }
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
-    const k = `${nodeEpoch}/${leaseNo}`;
-    let lease = l.leases.get(k);
-    if (lease === undefined) {
-      lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
-      l.leases.set(k, lease);
-    }
+    for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
+    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
+    // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
+    if (l.leases.length === 0) l.leases = [lease];
+    else l.leases.push(lease);
     return lease;
   }
-}
-
-function ledgerKey(keyId: string, windowMs: number, windowId: number): string {
-  return `${keyId}|${windowMs}|${windowId}`;
 }

@@ -243,8 +243,10 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   return middleware;
 }
 
+const IDENTITY_FIELDS = ['principal', 'tenant'] as const;
+
 function checkIdentity(who: Identity): void {
-  for (const field of ['principal', 'tenant'] as const) {
+  for (const field of IDENTITY_FIELDS) {
     if (typeof who[field] !== 'string' || who[field].length === 0) {
       throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity without a ${field}`);
     }

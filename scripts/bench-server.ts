@@ -18,7 +18,7 @@ import { rateLimiter, type RateLimiterMiddleware } from '../middleware/rate-limi
  */
 
 /** Every variant the benchmark knows, in the order it runs them. */
-export const VARIANTS = ['bare', 'limiter', 'express-rate-limit', 'rlf-memory', 'rlf-redis'] as const;
+export const VARIANTS = ['bare', 'limiter', 'noop', 'express-rate-limit', 'rlf-memory', 'rlf-redis'] as const;
 
 /** A variant name. */
 export type Variant = (typeof VARIANTS)[number];
@@ -135,6 +135,10 @@ async function main(variant: string): Promise<void> {
     case 'limiter':
       limiter = rateLimiter({ policy: hugePolicy([1000, 60_000]), identify: benchIdentity, logger: pino({ level: 'warn' }) });
       guard = limiter;
+      break;
+    case 'noop':
+      // One middleware layer that does nothing: what any middleware costs in Express, for context.
+      guard = (_req, _res, next) => next();
       break;
     case 'express-rate-limit':
       // Headers off: the project's limiter sends none by default, so both do the same work.

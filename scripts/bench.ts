@@ -1,6 +1,5 @@
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 // @ts-expect-error -- autocannon ships no type declarations and @types/autocannon is not installed.
 import autocannon from 'autocannon';
@@ -8,6 +7,7 @@ import type { NextFunction, Request, Response } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { pino } from 'pino';
 import { rateLimiter } from '../middleware/rate-limiter.js';
+import { memoryFootprints } from './bench-memory.js';
 import { benchIdentity, HUGE, hugePolicy, startServer, stopAllServers, stopServer, VARIANTS, type Variant } from './bench-server.js';
 
 /**
@@ -32,7 +32,6 @@ interface HttpRow {
   non2xx: number; skipped?: string; server?: unknown;
 }
 interface Micro { nsPerCall: number; p50Us: number; p99Us: number }
-interface Memory { windowsMs: number[]; buckets: number; bytesPerBucket: number; mib: number; overCap: number }
 interface CannonResult {
   requests: { total: number }; duration: number; latency: { p50: number; p99: number }; non2xx: number; errors: number; timeouts: number;
 }
@@ -202,39 +201,6 @@ async function micro(): Promise<{ limiter: Micro; erl: Micro; hashNs: number; ro
   }
 }
 
-// ---- Memory: heap growth over 50,000 fresh keys; the in-process owner's ledgers are part of it. ----
-
-async function memory(windowsMs: number[]): Promise<Memory> {
-  const gc = globalThis.gc as () => void;
-  const expected = MEMORY_KEYS * windowsMs.length;
-  const limiter = rateLimiter({ policy: hugePolicy(windowsMs), identify: benchIdentity, logger: pino({ level: 'silent' }),
-    maxBuckets: Math.ceil(expected * 1.2) });
-  // heapUsed read right after gc() still counts garbage the concurrent sweeper has not freed yet, so
-  // collect and wait until two readings agree.
-  const settle = async (): Promise<number> => {
-    let last = Number.POSITIVE_INFINITY;
-    for (let k = 0; k < 10; k++) {
-      gc();
-      await sleep(50);
-      const used = process.memoryUsage().heapUsed;
-      if (Math.abs(last - used) < 64 * 1024) return used;
-      last = used;
-    }
-    return last;
-  };
-  try {
-    const before = await settle();
-    for (let i = 0; i < MEMORY_KEYS; i++) limiter(fakeReq(`mem-key-${i}`), fakeRes, noop);
-    await sleep(100); // a few rounds, so the per-round touched list is flushed as in steady state
-    const delta = (await settle()) - before;
-    const { size: buckets, overCap } = limiter.node.buckets;
-    if (buckets !== expected) throw new Error(`memory: expected ${expected} buckets, the limiter holds ${buckets}`);
-    return { windowsMs, buckets, bytesPerBucket: round(delta / buckets, 0), mib: round(delta / 2 ** 20, 2), overCap };
-  } finally {
-    await limiter.close();
-  }
-}
-
 // ---- Report ----
 
 function table(rows: (string | number | null)[][]): string {
@@ -254,7 +220,7 @@ async function collect(f: Flags) {
   const m = await micro();
   log(`memory: ${MEMORY_KEYS} keys, one window, then two`);
   // Windows of a minute or more: a 1 s window's owner ledgers are swept within a second, which makes the figure jump.
-  const mem = [await memory([60_000]), await memory([60_000, 3_600_000])];
+  const mem = [...(await memoryFootprints(MEMORY_KEYS, [60_000])), ...(await memoryFootprints(MEMORY_KEYS / 2, [60_000, 3_600_000]))];
   const one = mem[0]!;
   const h = f.skipHttp ? undefined : await http(f);
   const ratio = h?.peers.limiter?.ratioToBare ?? null;
@@ -268,7 +234,7 @@ async function collect(f: Flags) {
   const config = { ...f, variants, keys: KEYS, micro: MICRO, memoryKeys: MEMORY_KEYS, memoryUnit: 'MiB', targets: TARGETS };
   return {
     ratioToBare: ratio, decisionP99Us: limiter.p99Us, decisionP50Us: limiter.p50Us, decisionNsPerCall: limiter.nsPerCall,
-    bytesPerBucket: one.bytesPerBucket, mbFor50kBuckets: one.mib, peers: h?.peers ?? {}, bare: h?.bare ?? null,
+    bytesPerBucket: one.bytesEach, mbFor50kBuckets: one.mib, peers: h?.peers ?? {}, bare: h?.bare ?? null,
     micro: m, memory: mem, targets, machine, command, config,
   };
 }
@@ -289,10 +255,10 @@ function render(r: Result): string {
   out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], ['fleet-ratelimit', m.limiter.nsPerCall, m.limiter.p50Us, m.limiter.p99Us],
     ['express-rate-limit (awaited)', m.erl.nsPerCall, m.erl.p50Us, m.erl.p99Us]]));
   out.push(`  fleet-ratelimit parts: key hashing (HMAC) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
-  out.push(`Memory: ${MEMORY_KEYS} fresh keys, heap growth after gc (includes the in-process owner's ledgers)`);
+  out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
   const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
-  const memRows = r.memory.map((x) => [plan(x.windowsMs), x.buckets, x.bytesPerBucket, x.mib, x.overCap]);
-  out.push(table([['plan windows', 'buckets', 'bytes/bucket', 'MiB', 'over cap'], ...memRows]), '');
+  const memRows = r.memory.map((x) => [x.what, plan(x.windowsMs), x.count, x.bytesEach, x.mib]);
+  out.push(table([['structure', 'plan windows', 'buckets', 'bytes each', 'MiB'], ...memRows]), '');
   out.push('Targets', table(r.targets.map((t) => [t.name, t.value, t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'MISS'])));
   return `${out.join('\n')}\n`;
 }

@@ -50,3 +50,27 @@ describe('key ids: versioned keyed hashes of API keys', () => {
     }
   });
 });
+
+describe('key id cache', () => {
+  it('returns the same ids with and without the cache, over many keys and past the cache size', () => {
+    const cached = new KeyHasher([{ version: 'v1', secret: 'cache-secret-0123456789' }], undefined, 64);
+    const plain = new KeyHasher([{ version: 'v1', secret: 'cache-secret-0123456789' }], undefined, 0);
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 200; i++) {
+        const raw = `sk_${i}_${'x'.repeat(i % 7)}`;
+        expect(cached.hash(raw)).to.equal(plain.hash(raw));
+      }
+    }
+  });
+
+  it('keeps no raw key: the cache holds fingerprints and key ids only', () => {
+    const h = new KeyHasher([{ version: 'v1', secret: 'cache-secret-0123456789' }]);
+    h.hash('sk_live_very_secret_key');
+    const cache = (h as unknown as { cache: Map<unknown, unknown> }).cache;
+    expect(cache.size).to.equal(1);
+    for (const [k, v] of cache) {
+      expect(k).to.be.a('number');
+      expect(String(v)).to.not.include('sk_live');
+    }
+  });
+});
