@@ -1,40 +1,121 @@
+import type { Clock } from '../lib/clock.js';
+import type { FleetView } from '../lib/fold-owner.js';
+import { fnv1a32 } from '../lib/hash.js';
 import type { OwnerLink } from '../lib/lease-node.js';
-import type { CreditRequest, Grant, ReportBatch } from '../lib/protocol/messages.js';
-import type { Bus, CreditOwner, NodeIdentity } from './types.js';
+import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
+import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
+
+/** Delays a delivery; the simulator's event queue implements it on a virtual clock. */
+export interface Scheduler {
+  after(delayMs: number, run: () => void): void;
+}
+
+/** Faults injected into every message (simulator and tests). */
+export interface BusFaults {
+  /** One-way latency, ms. */
+  readonly latencyMs: number;
+  /** Uniform random extra latency, ms. */
+  readonly jitterMs: number;
+  /** Probability that a message is lost. */
+  readonly loss: number;
+  /** Probability that a message is delivered twice. */
+  readonly duplicate: number;
+  /** Uniform random extra delay that reorders messages, ms. */
+  readonly reorderMs: number;
+  /** Whether nothing passes from `from` to `to` right now (partitions, an unreachable owner). */
+  readonly blocked: (from: string, to: string) => boolean;
+}
+
+/** Options of the in-memory bus. */
+export interface MemoryBusOptions {
+  readonly shards: number;
+  readonly roundMs: number;
+  /** Monotonic clock for presence (silence, rejoining) and log retention. */
+  readonly clock: Clock;
+  /** Without a scheduler every delivery is a synchronous call (standalone mode). */
+  readonly scheduler?: Scheduler;
+  readonly faults?: BusFaults;
+  /** Random source for faults (seeded in the simulator). */
+  readonly random?: () => number;
+  /** Keep each shard's log this long (ms) so a restarted owner can replay it; 0 keeps none. */
+  readonly logRetentionMs?: number;
+}
+
+interface NodeEntry {
+  epoch: string;
+  deliver: (m: OwnerMessage) => void;
+}
 
 /**
- * In-process bus: one owner serves every shard and messages are delivered synchronously. This is the
- * standalone mode behind `npm start` — a fleet of one in memory, running the same protocol code as a
- * cluster — and the base the simulator builds on.
+ * In-process bus. Standalone (`npm start`): one node owns every shard and every exchange is a
+ * synchronous call — a fleet of one running the cluster's protocol code. Simulator: many nodes on a
+ * virtual clock, shard owners chosen by rendezvous hashing, per-shard logs a restarted owner replays,
+ * and injected latency, loss, duplication, reordering and partitions.
  */
 export class MemoryBus implements Bus {
-  private owner: CreditOwner | undefined;
-  private readonly nodes = new Map<string, (grant: Grant) => void>();
+  private readonly nodes = new Map<string, NodeEntry>();
+  private readonly owners = new Map<string, CreditOwner>();
+  private readonly ownerOfShard: string[] = [];
+  /** lastHeard.get(owner).get(node): monotonic ms of the last heartbeat that reached the owner. */
+  private readonly lastHeard = new Map<string, Map<string, number>>();
+  private readonly rejoinedAt = new Map<string, Map<string, number>>();
+  private readonly logs: Array<Array<{ at: number; entry: LogEntry }>> = [];
   private closed = false;
+  /** Counters for the simulator: fast paths that missed the deadline, messages sent, lost. */
+  readonly stats = { fastPathTimeouts: 0, messages: 0, lost: 0, fastPathRttMs: [] as number[] };
 
-  connectNode(node: NodeIdentity, onGrant: (grant: Grant) => void): OwnerLink {
-    this.nodes.set(node.nodeEpoch, onGrant);
+  constructor(private readonly opts: MemoryBusOptions) {}
+
+  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink {
+    this.nodes.set(node.nodeId, { epoch: node.nodeEpoch, deliver: onMessage });
+    const now = this.opts.clock.monotonic();
+    for (const heard of this.lastHeard.values()) if (!heard.has(node.nodeId)) heard.set(node.nodeId, now);
     return {
-      requestCredit: (requests: readonly CreditRequest[]): readonly Grant[] | undefined => {
-        const owner = this.owner;
-        if (this.closed || owner === undefined) return undefined;
-        const grants: Grant[] = [];
-        for (const r of requests) {
-          const g = owner.onCreditRequest(r);
-          if (g !== undefined) grants.push(g);
-        }
-        return grants;
-      },
-      publish: (batch: ReportBatch): void => {
-        if (this.closed || this.owner === undefined) return;
-        for (const g of this.owner.onReports(batch)) this.nodes.get(g.nodeEpoch)?.(g);
-      },
-      connected: () => !this.closed && this.owner !== undefined,
+      requestCredit: (requests, deadlineMs) => this.requestCredit(node, requests, deadlineMs),
+      publish: (batch) => this.publish(node, batch),
+      heartbeat: () => this.heartbeat(node.nodeId),
+      reachable: (shard) => this.reachable(node.nodeId, shard),
+      fleetSize: () => this.fleetSize(),
     };
   }
 
-  serveOwner(_node: NodeIdentity, owner: CreditOwner): void {
-    this.owner = owner;
+  serveOwner(node: NodeIdentity, owner: CreditOwner): void {
+    this.owners.set(node.nodeId, owner);
+    const now = this.opts.clock.monotonic();
+    if (!this.lastHeard.has(node.nodeId)) {
+      this.lastHeard.set(node.nodeId, new Map([...this.nodes.keys()].map((n) => [n, now])));
+      this.rejoinedAt.set(node.nodeId, new Map());
+    }
+    this.assignShards();
+    const replay: LogEntry[] = [];
+    for (let s = 0; s < this.opts.shards; s++) {
+      if (this.ownerOfShard[s] === node.nodeId) for (const e of this.logs[s] ?? []) replay.push(e.entry);
+    }
+    if (replay.length) owner.replay(replay);
+  }
+
+  fleetView(node: NodeIdentity): FleetView {
+    const silenceMs = 2 * this.opts.roundMs;
+    return {
+      size: () => this.fleetSize(),
+      silent: () => {
+        const heard = this.lastHeard.get(node.nodeId);
+        if (heard === undefined) return [];
+        const limit = this.opts.clock.monotonic() - silenceMs;
+        const out: string[] = [];
+        for (const [n, at] of heard) if (n !== node.nodeId && at <= limit) out.push(n);
+        return out;
+      },
+      rejoining: (nodeId) => {
+        const at = this.rejoinedAt.get(node.nodeId)?.get(nodeId);
+        return at !== undefined && this.opts.clock.monotonic() - at < this.opts.roundMs;
+      },
+    };
+  }
+
+  ownerEpoch(): number {
+    // Owners are assigned once per process set; moving a shard with fencing is the cluster bus's job.
+    return 1;
   }
 
   fleetSize(): number {
@@ -43,6 +124,154 @@ export class MemoryBus implements Bus {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.nodes.clear();
+  }
+
+  private assignShards(): void {
+    const ids = [...this.owners.keys()];
+    for (let s = 0; s < this.opts.shards; s++) {
+      let best = ids[0]!;
+      let bestScore = -1;
+      for (const id of ids) {
+        const score = fnv1a32(`${s}/${id}`);
+        if (score > bestScore) {
+          best = id;
+          bestScore = score;
+        }
+      }
+      this.ownerOfShard[s] = best;
+    }
+  }
+
+  private reachable(from: string, shard: number): boolean {
+    const owner = this.ownerOfShard[shard];
+    if (this.closed || owner === undefined) return false;
+    return owner === from || !this.opts.faults?.blocked(from, owner);
+  }
+
+  private requestCredit(node: NodeIdentity, requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined {
+    if (this.closed) return undefined;
+    const grants: Grant[] = [];
+    let missed = false;
+    for (const r of requests) {
+      const shard = shardOf(r.keyId, r.windowId, this.opts.shards);
+      const ownerId = this.ownerOfShard[shard];
+      const owner = ownerId === undefined ? undefined : this.owners.get(ownerId);
+      if (owner === undefined || ownerId === undefined) {
+        missed = true;
+        continue;
+      }
+      if (ownerId === node.nodeId || this.opts.scheduler === undefined) {
+        const g = this.answer(owner, shard, r);
+        if (g !== undefined) grants.push(g);
+        continue;
+      }
+      // Remote owner: the request and its answer each cross the network once.
+      const there = this.transit(node.nodeId, ownerId);
+      if (there === undefined) {
+        missed = true;
+        continue;
+      }
+      const g = this.answer(owner, shard, r);
+      const back = this.transit(ownerId, node.nodeId);
+      const rtt = back === undefined ? Number.POSITIVE_INFINITY : there + back;
+      if (rtt <= deadlineMs) {
+        this.stats.fastPathRttMs.push(rtt);
+        if (g !== undefined) grants.push(g);
+      } else {
+        // Too late for this request; a grant that was issued still lands and is applied then.
+        this.stats.fastPathTimeouts++;
+        missed = true;
+        if (g !== undefined && back !== undefined) this.opts.scheduler.after(back + there, () => this.deliverNow(g));
+      }
+    }
+    return missed ? this.deliverAndMiss(grants) : grants;
+  }
+
+  /** Some owner did not answer in time: apply what did arrive, and report the miss (no exhaustion). */
+  private deliverAndMiss(grants: readonly Grant[]): undefined {
+    for (const g of grants) this.deliverNow(g);
+    return undefined;
+  }
+
+  private answer(owner: CreditOwner, shard: number, r: CreditRequest): Grant | undefined {
+    const g = owner.onCreditRequest(r);
+    if (g !== undefined) this.log(shard, { kind: 'grant', grant: g });
+    for (const m of owner.takeOutbox()) this.send(m);
+    return g;
+  }
+
+  private publish(node: NodeIdentity, batch: ReportBatch): void {
+    if (this.closed) return;
+    const ownerId = this.ownerOfShard[batch.shard];
+    if (ownerId === undefined) return;
+    const deliver = (): void => {
+      const owner = this.owners.get(ownerId);
+      if (owner === undefined || this.closed) return;
+      this.log(batch.shard, { kind: 'report', batch });
+      for (const m of owner.onReports(batch)) this.send(m);
+    };
+    if (ownerId === node.nodeId || this.opts.scheduler === undefined) deliver();
+    else this.schedule(node.nodeId, ownerId, deliver);
+  }
+
+  /** A node's round is its heartbeat to every owner it can reach. */
+  private heartbeat(nodeId: string): void {
+    if (this.closed) return;
+    const now = this.opts.clock.monotonic();
+    for (const [ownerId, heard] of this.lastHeard) {
+      if (ownerId !== nodeId && this.opts.faults?.blocked(nodeId, ownerId)) continue;
+      const prev = heard.get(nodeId);
+      if (prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
+      heard.set(nodeId, now);
+    }
+  }
+
+  /** Sends an owner's message to its node; grants also go to the shard's log. */
+  private send(m: OwnerMessage): void {
+    if (m.type === 'grant') this.log(shardOf(m.keyId, m.windowId, this.opts.shards), { kind: 'grant', grant: m });
+    const from = this.ownerOfShard[shardOf(m.keyId, m.windowId, this.opts.shards)] ?? m.nodeId;
+    if (from === m.nodeId || this.opts.scheduler === undefined) this.deliverNow(m);
+    else this.schedule(from, m.nodeId, () => this.deliverNow(m));
+  }
+
+  private deliverNow(m: OwnerMessage): void {
+    const n = this.nodes.get(m.nodeId);
+    if (n !== undefined && n.epoch === m.nodeEpoch && !this.closed) n.deliver(m);
+  }
+
+  /** One-way transit time from `from` to `to`, or undefined if the message is lost or blocked. */
+  private transit(from: string, to: string): number | undefined {
+    const f = this.opts.faults;
+    this.stats.messages++;
+    if (f === undefined) return 0;
+    const rand = this.opts.random ?? Math.random;
+    if (f.blocked(from, to) || rand() < f.loss) {
+      this.stats.lost++;
+      return undefined;
+    }
+    return f.latencyMs + rand() * f.jitterMs + rand() * f.reorderMs;
+  }
+
+  private schedule(from: string, to: string, run: () => void): void {
+    const scheduler = this.opts.scheduler!;
+    const t = this.transit(from, to);
+    if (t === undefined) return;
+    scheduler.after(t, run);
+    const f = this.opts.faults;
+    if (f !== undefined && (this.opts.random ?? Math.random)() < f.duplicate) {
+      const again = this.transit(from, to);
+      if (again !== undefined) scheduler.after(again, run);
+    }
+  }
+
+  private log(shard: number, entry: LogEntry): void {
+    const keep = this.opts.logRetentionMs ?? 0;
+    if (keep <= 0) return;
+    const now = this.opts.clock.monotonic();
+    const log = (this.logs[shard] ??= []);
+    log.push({ at: now, entry });
+    let drop = 0;
+    while (drop < log.length && log[drop]!.at < now - keep) drop++;
+    if (drop > 64) log.splice(0, drop);
   }
 }

@@ -1,10 +1,18 @@
+import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
-import type { CreditRequest, Grant, ReportBatch } from '../lib/protocol/messages.js';
+import type { LogEntry } from '../lib/protocol/log.js';
+import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
+
+export type { LogEntry };
 
 /** What the bus needs from an owner: the owner side of the protocol (`FoldOwner` implements it). */
 export interface CreditOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined;
-  onReports(batch: ReportBatch): Grant[];
+  onReports(batch: ReportBatch): OwnerMessage[];
+  /** Messages for other nodes produced while answering a request (recalls, exhaustion notices). */
+  takeOutbox(): OwnerMessage[];
+  /** Rebuilds ledgers from a shard's retained log (a restarted or new owner), before serving it. */
+  replay(entries: readonly LogEntry[]): void;
 }
 
 /** Identity of a connected node process. */
@@ -18,11 +26,15 @@ export interface NodeIdentity {
  * Redis Streams bus (clusters) implement it; nothing outside `bus/` knows how messages travel.
  */
 export interface Bus {
-  /** Connects a node; grants addressed to it are handed to `onGrant`. */
-  connectNode(node: NodeIdentity, onGrant: (grant: Grant) => void): OwnerLink;
+  /** Connects a node; messages addressed to it (grants, recalls) are handed to `onMessage`. */
+  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink;
   /** Offers this process's owner to the bus, which routes the shards it owns to it. */
   serveOwner(node: NodeIdentity, owner: CreditOwner): void;
-  /** Number of live nodes in the fleet. */
+  /** The fleet as the owner on `node` sees it (heartbeats). */
+  fleetView(node: NodeIdentity): FleetView;
+  /** Current fencing epoch of a shard's owner. */
+  ownerEpoch(shard: number): number;
+  /** Number of nodes in the fleet. */
   fleetSize(): number;
   /** Stops delivery; idempotent. */
   close(): Promise<void>;

@@ -8,15 +8,19 @@ export class Subject {
   /** Round in which this subject was last touched (for the round's report). */
   touchedRound = -1;
 
-  /** Builds the buckets of `limits`, keeping those of `previous` for windows of the same length. */
+  /**
+   * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;
+   * `nextLease` numbers the new ones.
+   */
   constructor(
     readonly keyId: string,
     readonly limits: ResolvedLimits,
+    nextLease: () => number,
     previous?: Subject,
   ) {
     this.buckets = limits.windows.map((w) => {
       const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
-      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs));
+      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease());
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;
@@ -48,6 +52,8 @@ export class BucketMap {
   /** Subjects evicted so far. */
   evictions = 0;
 
+  private leases = 0;
+
   constructor(readonly maxBuckets: number) {}
 
   /** Number of buckets held. */
@@ -76,7 +82,7 @@ export class BucketMap {
       this.bucketCount -= found.buckets.length;
     }
     // After a policy change, windows of the same length keep their lease: the owner still counts it.
-    const subject = new Subject(keyId, limits, found);
+    const subject = new Subject(keyId, limits, () => ++this.leases, found);
     this.makeRoom(subject.buckets.length, nowMs, round);
     this.map.set(keyId, subject);
     this.bucketCount += subject.buckets.length;

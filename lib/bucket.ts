@@ -1,50 +1,71 @@
 /**
- * A node's state for one (key id, window id). Credit is what the owner issued minus what this node
- * spent; both only grow within a window, so applying a grant twice or out of order changes nothing.
+ * A node's state for one key and one window length, across its windows. Credit is what the owner
+ * issued plus any boundary self-grant, minus what was spent and released; every count only grows
+ * within a window, so applying a grant twice or out of order changes nothing.
  */
 export class Bucket {
-  /** Window id this state belongs to; a new window resets the counters. */
+  /** Window id the counters belong to; a new window resets them. */
   windowId = Number.NaN;
   /** Wall-clock end of that window. */
   windowEnd = 0;
-  /** Lease number of this bucket's current life (new at every window and every reload). */
-  lease = 0;
-  /** Cumulative credit issued to this node epoch by the owner (highest grant applied). */
+  /** Cumulative credit issued by the owner on this lease in this window (highest grant applied). */
   issued = 0;
+  /** Credit granted to itself at the window boundary without owner contact (F4). */
+  selfIssued = 0;
   /** Cumulative admissions in this window. */
   spent = 0;
-  /** Highest grant seq applied. */
+  /** Cumulative credit given back to the owner after a recall. */
+  released = 0;
+  /** Highest grant seq applied in this window. */
   grantSeq = 0;
-  /** Requests seen in the current round (admitted or not): the demand advertised to the owner. */
+  /** Credit already granted for the next window (the owner pre-grants before a rollover). */
+  nextWindowId = Number.NaN;
+  nextIssued = 0;
+  nextGrantSeq = 0;
+  /** Requests seen in the current round (admitted or not). */
   roundDemand = 0;
-  /** Requests seen in the previous round. */
-  lastDemand = 0;
+  /** Smoothed requests per round: the demand advertised to the owner. */
+  rate = 0;
   /** Round in which the fast path was last taken (at most once per round). */
   fastRound = -1;
+  /** The owner said this window has nothing left for us: no fast path until a grant arrives. */
+  exhausted = false;
+  /** Must be reported at the end of the round even without requests (recall, self-grant). */
+  dirty = false;
 
-  /** Phase offset of this key for this window length (fixed for the bucket's life). */
-  constructor(readonly offset: number) {}
+  /**
+   * @param offset phase offset of this key for this window length
+   * @param lease lease number: unique within the node epoch, kept across windows, new after eviction
+   */
+  constructor(
+    readonly offset: number,
+    readonly lease: number,
+  ) {}
 
   /** Credit available to the request path. */
   get credit(): number {
-    return this.issued - this.spent;
+    return this.issued + this.selfIssued - this.spent - this.released;
   }
 
-  /** Moves the bucket to a new window and lease: nothing carries over (a past window's credit is void). */
-  roll(windowId: number, windowEnd: number, lease: number): void {
+  /** Moves the bucket to a new window: a past window's credit is void; a pre-grant for this one applies. */
+  roll(windowId: number, windowEnd: number): void {
+    const pre = this.nextWindowId === windowId;
     this.windowId = windowId;
     this.windowEnd = windowEnd;
-    this.lease = lease;
-    this.issued = 0;
+    this.issued = pre ? this.nextIssued : 0;
+    this.grantSeq = pre ? this.nextGrantSeq : 0;
+    this.nextWindowId = Number.NaN;
+    this.nextIssued = 0;
+    this.nextGrantSeq = 0;
+    this.selfIssued = 0;
     this.spent = 0;
-    this.grantSeq = 0;
-    this.roundDemand = 0;
-    this.lastDemand = 0;
+    this.released = 0;
     this.fastRound = -1;
+    this.exhausted = false;
   }
 
   /** Whether the bucket could be dropped without losing usable credit. */
   evictable(nowMs: number): boolean {
-    return this.credit <= 0 || this.windowEnd <= nowMs;
+    return (this.credit <= 0 || this.windowEnd <= nowMs) && this.nextIssued === 0;
   }
 }

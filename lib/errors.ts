@@ -8,6 +8,7 @@ export const ErrorCode = Object.freeze({
   CONFIG: 'RL_CONFIG',
   POLICY: 'RL_POLICY',
   IDENTITY: 'RL_IDENTITY',
+  DEGRADED: 'RL_DEGRADED',
   INTERNAL: 'RL_INTERNAL',
 } as const);
 

@@ -1,32 +1,48 @@
+import type { Clock } from './clock.js';
 import { ErrorCode, RateLimiterError } from './errors.js';
-import type { CreditRequest, Grant, Report, ReportBatch } from './protocol/messages.js';
+import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
+import type { LogEntry } from './protocol/log.js';
 import { phaseOffset, windowEndMs } from './window.js';
+
+/** What an owner knows of the fleet, from the transport's heartbeats. */
+export interface FleetView {
+  /** Number of members (live or silent, not yet expired). */
+  size(): number;
+  /** Members not heard from for two rounds or more: they may self-grant at a boundary (F4). */
+  silent(): readonly string[];
+  /** Whether `nodeId` reappeared less than a round ago: no grants to it yet (L5). */
+  rejoining(nodeId: string): boolean;
+}
 
 /** Settings of the owner side of the protocol. */
 export interface FoldOwnerConfig {
-  /** Fencing token of this owner; grants carry it. */
-  readonly ownerEpoch: number;
+  /** Fencing token of this owner for a shard; grants carry it. */
+  readonly ownerEpoch: (shard: number) => number;
+  readonly shardOf: (keyId: string, windowId: number) => number;
   /** Headroom h applied to advertised demand. */
   readonly headroom: number;
   /** Reserve R as a fraction of the allowance, released once per key per window, fast path only. */
   readonly reserveRatio: number;
-  /** Round length T; ledgers live until window end + 2 rounds. */
+  /** Round length T; ledgers live until window end + 2 rounds; pre-grants start 2 rounds before the end. */
   readonly roundMs: number;
-  /** Live fleet size, for the fair-share floor of a requested grant. */
-  readonly fleetSize: () => number;
+  readonly fleet: FleetView;
+  readonly clock: Clock;
 }
 
-/** One lease (a node epoch's bucket life) in one ledger. */
+/** One lease (a node epoch's bucket life) in one ledger, as merged from requests and reports. */
 interface Lease {
   readonly nodeId: string;
   readonly nodeEpoch: string;
   readonly lease: number;
   issued: number;
   grantSeq: number;
-  /** Spend from the highest-seq report merged so far (cumulative). */
   spent: number;
+  selfIssued: number;
+  released: number;
   seq: number;
   demand: number;
+  /** Round (owner clock) of the last recall or exhaustion notice, to send at most one per round. */
+  noticeAt: number;
 }
 
 /** The owner's account of one (key id, window id). */
@@ -36,76 +52,125 @@ interface Ledger {
   readonly windowMs: number;
   readonly windowEnd: number;
   allowance: number;
-  issuedTotal: number;
   reserveReleased: boolean;
-  /** Few per ledger (one per node epoch and bucket life that asked): an array beats a Map here. */
+  /** Few per ledger (one per node epoch and bucket life): an array beats a Map here. */
   leases: Lease[];
 }
 
-/** Thrown if a grant would break sum(issued) ≤ allowance (L2); it must be unreachable. */
+/** Thrown if a grant would break sum(committed) ≤ allowance (L2); it must be unreachable. */
 export class InvariantViolation extends RateLimiterError {
   constructor(message: string) {
     super(ErrorCode.INTERNAL, message);
   }
 }
 
+/** Counters of the owner side. */
+export interface FoldOwnerStats {
+  grants: number;
+  preGrants: number;
+  recalls: number;
+  exhaustedNotices: number;
+  withheld: number;
+  reportsMerged: number;
+  reportsStale: number;
+  reserveReleases: number;
+}
+
 /**
- * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit.
- * It merges reports by (key, window, node epoch, lease) — max seq wins inside a lease, leases and
- * epochs add up — and
- * never issues more than the window's allowance, reserve included (L2). Pure: no timers, no I/O.
+ * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit. It
+ * merges reports by (key, window, node epoch, lease) — max seq wins inside a lease, leases and epochs
+ * add up — and never lets committed credit (issued + self-granted − released) pass the allowance (L2).
+ * It sizes grants from demand × h, tops up each round, pre-grants the next window, recalls idle
+ * credit when the pool runs dry, holds back 1/fleet for every silent node (its possible boundary
+ * self-grant), and withholds grants from rejoining or self-granting nodes for a round (L5, F4).
+ * Pure: no timers, no I/O; messages for other nodes collect in an outbox the bus drains.
  */
 export class FoldOwner {
-  /** Ledgers by key id (the same string the node side holds), then a short list per window. */
   private readonly ledgers = new Map<string, Ledger[]>();
   private ledgerCount = 0;
-  /** Counters read by metrics and tests. */
-  readonly stats = { grants: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
+  private outbox: OwnerMessage[] = [];
+  /** When each node's self_grant flag was first seen in the current episode (F4). */
+  private readonly selfGrantSeen = new Map<string, number>();
+  readonly stats: FoldOwnerStats = { grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, withheld: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
 
   constructor(private readonly cfg: FoldOwnerConfig) {}
 
-  /** Answers a credit request with a grant, or undefined when nothing can be issued. */
+  /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
   onCreditRequest(req: CreditRequest): Grant | undefined {
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
-    lease.demand = Math.max(lease.demand, req.demand);
     lease.spent = Math.max(lease.spent, req.spent);
-    const held = lease.issued - lease.spent;
-    const pool = this.pool(ledger);
+    lease.demand = Math.max(lease.demand, req.demand);
+    if (this.withheld(req.nodeId)) return undefined;
+    const pool = this.available(ledger, false);
     // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
-    // key whose traffic is pinned to one node) is not held to demand-sized sips, one ask per round.
-    const share = Math.ceil(pool / Math.max(1, this.cfg.fleetSize()));
-    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held, share);
+    // key pinned to one node) is not held to demand-sized sips, one ask per round.
+    const share = Math.ceil(pool / Math.max(1, this.cfg.fleet.size()));
+    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held(lease), share);
     let amount = Math.min(want, pool);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
       if (reserve > 0) {
         ledger.reserveReleased = true;
         this.stats.reserveReleases++;
-        amount += Math.min(reserve, ledger.allowance - ledger.issuedTotal - amount);
+        amount = Math.min(want, this.available(ledger, true));
       }
     }
+    if (amount < req.need) this.recall(ledger, lease);
     return amount > 0 ? this.issue(ledger, lease, amount) : undefined;
   }
 
-  /** Folds one node's round batch; returns top-up grants for buckets whose demand outruns their credit. */
-  onReports(batch: ReportBatch): Grant[] {
-    const grants: Grant[] = [];
+  /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
+  onReports(batch: ReportBatch): OwnerMessage[] {
+    const now = this.cfg.clock.now();
     for (const r of batch.reports) {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
-      if (!this.merge(lease, r)) continue;
-      const held = lease.issued - lease.spent;
+      if (!this.merge(batch.nodeId, lease, r)) continue;
+      if (r.demand <= 0 || this.withheld(batch.nodeId)) continue;
       const target = Math.ceil(r.demand * this.cfg.headroom);
-      if (r.demand > 0 && held < target) {
-        const amount = Math.min(target - held, this.pool(ledger));
-        if (amount > 0) grants.push(this.issue(ledger, lease, amount));
+      if (held(lease) < target) {
+        const amount = Math.min(target - held(lease), this.available(ledger, false));
+        if (amount > 0) this.outbox.push(this.issue(ledger, lease, amount));
+        else this.recall(ledger, lease);
       }
+      if (ledger.windowEnd - now <= 2 * this.cfg.roundMs) this.preGrant(ledger, batch.nodeId, batch.nodeEpoch, r, target);
     }
-    return grants;
+    return this.takeOutbox();
   }
 
-  /** Drops ledgers of windows that ended more than two rounds ago. */
+  /**
+   * Rebuilds ledgers from a shard's retained log, as a restarted or new owner must before it serves:
+   * grants restore what was issued (cumulative, so order and duplicates do not matter), reports what
+   * was spent, self-granted and released. Credit issued before a crash is never issued twice.
+   */
+  replay(entries: readonly LogEntry[]): void {
+    for (const e of entries) {
+      if (e.kind === 'report') {
+        for (const r of e.batch.reports) {
+          const l = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+          this.merge(e.batch.nodeId, this.leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease), r);
+        }
+        continue;
+      }
+      const g = e.grant;
+      const l = this.find(g.keyId, g.windowMs, g.windowId) ?? this.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
+      const lease = this.leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
+      lease.issued = Math.max(lease.issued, g.issued);
+      lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
+      // Until a report or request states the allowance, nothing more is issued for this window.
+      l.allowance = Math.max(l.allowance, committed(l));
+    }
+  }
+
+  /** Messages produced for other nodes (recalls, notices) since the last call. */
+  takeOutbox(): OwnerMessage[] {
+    const out = this.outbox;
+    this.outbox = [];
+    return out;
+  }
+
+  /** Drops ledgers of windows that ended more than two rounds ago, and forgets ended self-grant episodes. */
   sweep(nowMs: number): void {
     const horizon = nowMs - 2 * this.cfg.roundMs;
     for (const [keyId, list] of this.ledgers) {
@@ -114,11 +179,21 @@ export class FoldOwner {
       if (live.length === 0) this.ledgers.delete(keyId);
       else if (live.length !== list.length) this.ledgers.set(keyId, live);
     }
+    const silent = new Set(this.cfg.fleet.silent());
+    for (const [node, at] of this.selfGrantSeen) if (!silent.has(node) && at + 60_000 < this.cfg.clock.monotonic()) this.selfGrantSeen.delete(node);
   }
 
-  /** Total credit issued for a (key, window) — what L2 bounds. */
+  /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */
+  committed(keyId: string, windowMs: number, windowId: number): number {
+    const l = this.find(keyId, windowMs, windowId);
+    return l === undefined ? 0 : committed(l);
+  }
+
+  /** Credit issued by this owner for a (key, window). */
   issued(keyId: string, windowMs: number, windowId: number): number {
-    return this.find(keyId, windowMs, windowId)?.issuedTotal ?? 0;
+    let sum = 0;
+    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.issued;
+    return sum;
   }
 
   /** Admissions merged from reports for a (key, window), summed over leases and node epochs. */
@@ -133,30 +208,91 @@ export class FoldOwner {
     return this.ledgerCount;
   }
 
-  /** Max seq wins within a node epoch; a lower or equal seq is a duplicate or reordered entry. */
-  private merge(lease: Lease, r: Report): boolean {
+  private withheld(nodeId: string): boolean {
+    const seen = this.selfGrantSeen.get(nodeId);
+    const w = this.cfg.fleet.rejoining(nodeId) || (seen !== undefined && this.cfg.clock.monotonic() - seen < this.cfg.roundMs);
+    if (w) this.stats.withheld++;
+    return w;
+  }
+
+  /** Max seq wins within a lease; a lower or equal seq is a duplicate or a reordered entry. */
+  private merge(nodeId: string, lease: Lease, r: Report): boolean {
     if (r.seq <= lease.seq) {
       this.stats.reportsStale++;
       return false;
     }
     lease.seq = r.seq;
     lease.spent = Math.max(lease.spent, r.spent);
+    lease.selfIssued = Math.max(lease.selfIssued, r.selfIssued);
+    lease.released = Math.max(lease.released, r.released);
     lease.demand = r.demand;
+    if (r.selfGrant && !this.selfGrantSeen.has(nodeId)) this.selfGrantSeen.set(nodeId, this.cfg.clock.monotonic());
     this.stats.reportsMerged++;
     return true;
   }
 
-  private issue(ledger: Ledger, lease: Lease, amount: number): Grant {
-    if (ledger.issuedTotal + amount > ledger.allowance) {
-      throw new InvariantViolation(
-        `grant of ${amount} would raise issued credit to ${ledger.issuedTotal + amount} > allowance ${ledger.allowance}`,
-      );
+  /** Grants the next window ahead of the rollover, so busy keys never start a window on the fast path. */
+  private preGrant(current: Ledger, nodeId: string, nodeEpoch: string, r: Report, target: number): void {
+    const next = this.ledgerFor(current.keyId, current.windowId + 1, current.windowMs, r.limit);
+    const lease = this.leaseFor(next, nodeId, nodeEpoch, r.lease);
+    if (lease.issued > 0) return;
+    const amount = Math.min(target, this.available(next, false));
+    if (amount > 0) {
+      this.outbox.push(this.issue(next, lease, amount));
+      this.stats.preGrants++;
     }
-    ledger.issuedTotal += amount;
+  }
+
+  /**
+   * The pool is dry for `asking`: ask leases holding more than their own demand needs to give the
+   * surplus back; if none has any, tell `asking` the window is exhausted so it stops asking.
+   */
+  private recall(l: Ledger, asking: Lease): void {
+    const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
+    let recalled = false;
+    for (const lease of l.leases) {
+      if (lease === asking || lease.noticeAt === round) continue;
+      const keep = Math.ceil(lease.demand * this.cfg.headroom);
+      if (held(lease) > keep) {
+        lease.noticeAt = round;
+        this.outbox.push(this.adjust(l, lease, keep, false));
+        this.stats.recalls++;
+        recalled = true;
+      }
+    }
+    // Exhausted only when even the reserve is gone: until then the fast path may still draw on it.
+    if (!recalled && held(asking) <= 0 && asking.noticeAt !== round && this.available(l, true) === 0) {
+      asking.noticeAt = round;
+      this.outbox.push(this.adjust(l, asking, -1, true));
+      this.stats.exhaustedNotices++;
+    }
+  }
+
+  private adjust(l: Ledger, lease: Lease, keep: number, exhausted: boolean): Adjust {
+    return {
+      type: 'adjust',
+      keyId: l.keyId,
+      windowId: l.windowId,
+      windowMs: l.windowMs,
+      nodeId: lease.nodeId,
+      nodeEpoch: lease.nodeEpoch,
+      lease: lease.lease,
+      ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId)),
+      keep,
+      exhausted,
+    };
+  }
+
+  private issue(ledger: Ledger, lease: Lease, amount: number): Grant {
+    const after = committed(ledger) + amount;
+    if (after > ledger.allowance) {
+      throw new InvariantViolation(`grant of ${amount} would raise committed credit to ${after} > allowance ${ledger.allowance}`);
+    }
     lease.issued += amount;
     lease.grantSeq++;
     this.stats.grants++;
     return {
+      type: 'grant',
       keyId: ledger.keyId,
       windowId: ledger.windowId,
       windowMs: ledger.windowMs,
@@ -164,15 +300,26 @@ export class FoldOwner {
       nodeEpoch: lease.nodeEpoch,
       lease: lease.lease,
       grantSeq: lease.grantSeq,
-      ownerEpoch: this.cfg.ownerEpoch,
+      ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(ledger.keyId, ledger.windowId)),
       issued: lease.issued,
     };
   }
 
-  /** Unissued allowance outside the reserve (the reserve is only for the fast path). */
-  private pool(l: Ledger): number {
-    const reserve = l.reserveReleased ? 0 : this.reserveOf(l);
-    return Math.max(0, l.allowance - reserve - l.issuedTotal);
+  /**
+   * What can still be issued: the allowance less committed credit, less 1/fleet for every silent node
+   * that has no lease here (what it may grant itself at this window's boundary), less the reserve
+   * unless `withReserve`.
+   */
+  private available(l: Ledger, withReserve: boolean): number {
+    const fleet = Math.max(1, this.cfg.fleet.size());
+    let holdback = 0;
+    for (const node of this.cfg.fleet.silent()) {
+      if (!l.leases.some((lease) => lease.nodeId === node)) holdback += Math.ceil(l.allowance / fleet);
+    }
+    // Credit already committed into the reserve (seen on replay) means the reserve is gone.
+    if (committed(l) > l.allowance - this.reserveOf(l)) l.reserveReleased = true;
+    const reserve = withReserve || l.reserveReleased ? 0 : this.reserveOf(l);
+    return Math.max(0, l.allowance - reserve - committed(l) - holdback);
   }
 
   private reserveOf(l: Ledger): number {
@@ -189,23 +336,33 @@ export class FoldOwner {
     let l = this.find(keyId, windowMs, windowId);
     if (l === undefined) {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
-      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, issuedTotal: 0, reserveReleased: false, leases: [] };
+      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, leases: [] };
       const list = this.ledgers.get(keyId);
       if (list === undefined) this.ledgers.set(keyId, [l]);
       else list.push(l);
       this.ledgerCount++;
     }
-    // A policy change mid-window moves the allowance; credit already issued stays issued.
+    // A policy change mid-window moves the allowance; credit already committed stays committed.
     l.allowance = limit;
     return l;
   }
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
     for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
-    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, seq: -1, demand: 0 };
+    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1 };
     // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
     if (l.leases.length === 0) l.leases = [lease];
     else l.leases.push(lease);
     return lease;
   }
+}
+
+function held(lease: Lease): number {
+  return lease.issued + lease.selfIssued - lease.spent - lease.released;
+}
+
+function committed(l: Ledger): number {
+  let sum = 0;
+  for (const lease of l.leases) sum += lease.issued + lease.selfIssued - lease.released;
+  return sum;
 }

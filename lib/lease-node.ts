@@ -2,7 +2,7 @@ import type { Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import type { ResolvedLimits } from './policy.js';
-import { shardOf, type CreditRequest, type Grant, type Report, type ReportBatch } from './protocol/messages.js';
+import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
 import { windowEndMs, windowIdAt } from './window.js';
 
 /**
@@ -13,16 +13,20 @@ export interface OwnerLink {
    * Asks the owners for credit. Grants come back synchronously when the owner is in this process,
    * as a promise otherwise that settles with undefined once `deadlineMs` has passed (the hard
    * fast-path deadline); undefined at once means no owner can be reached. The caller applies them;
-   * late grants also arrive through `applyGrant`.
+   * late grants also arrive through `onMessage`.
    */
   requestCredit(
     requests: readonly CreditRequest[],
     deadlineMs: number,
   ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
-  /** Sends one round's batch for one shard. Never blocks the caller. */
+  /** Sends one round's batch for one shard. Never blocks. */
   publish(batch: ReportBatch): void;
-  /** Whether the owners answered recently (heartbeat of the transport). */
-  connected(): boolean;
+  /** Tells the fleet this node is alive; once per round. */
+  heartbeat(): void;
+  /** Whether the owner of `shard` answered recently (the transport's heartbeat). */
+  reachable(shard: number): boolean;
+  /** Live fleet size, for the boundary self-grant (F4). */
+  fleetSize(): number;
 }
 
 /** Settings of the node side of the protocol. */
@@ -31,10 +35,13 @@ export interface LeaseNodeConfig {
   readonly nodeEpoch: string;
   readonly shards: number;
   readonly maxBuckets: number;
+  readonly roundMs: number;
   readonly fastPathDeadlineMs: number;
-  /** Rounds of demand a credit request asks for (grants must last until the next top-up lands). */
+  /** Rounds of demand a request advertises (grants must last until the next top-up lands). */
   readonly demandRounds: number;
-  /** Milliseconds without owner contact after which the node is degraded. */
+  /** Rounds without owner contact after which the fast path stops and self-grants may start (F2). */
+  readonly missedRoundsLimit: number;
+  /** Milliseconds without owner contact after which the node is degraded (F5). */
   readonly degradedAfterMs: number;
 }
 
@@ -48,25 +55,44 @@ export interface Denied {
   readonly window: string;
   /** Wait until the latest boundary among windows without credit, or undefined if unknown. */
   readonly retryAfterMs: number | undefined;
+  /**
+   * True when the node could not decide: out of credit while degraded (F5). The middleware then
+   * treats it as a limiter fault (fail-open, or 503 on a fail-closed route) and the backstop binds.
+   */
+  readonly unavailable: boolean;
 }
 
 /** Outcome of `acquire`. */
 export type Acquired = typeof ADMITTED | Denied;
 
+/** Counters of the node side, read by metrics, the simulator and the benchmark. */
+export interface LeaseNodeStats {
+  fastPath: number;
+  fastPathTimeouts: number;
+  grantsApplied: number;
+  grantsIgnored: number;
+  /** Grants or adjustments from an owner older than one already heard from for that shard (L4). */
+  staleOwnerEpoch: number;
+  adjustsApplied: number;
+  selfGrants: number;
+  reports: number;
+}
+
 /**
  * Node side of the leasing protocol: buckets of leased credit, decremented all-or-nothing across a
  * key's windows; first sight and exhaustion go to the owner (the fast path, once per bucket per round,
- * under a hard deadline); each round one report batch per touched shard. No timers or I/O inside:
- * the caller drives `round()` and supplies the link.
+ * under a hard deadline); each round one report batch per shard. Tracks owner contact per shard for
+ * the failure states F2–F5. No timers or I/O inside: the caller drives `endRound()` and the link.
  */
 export class LeaseNode {
   readonly buckets: BucketMap;
+  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0 };
   private roundNo = 0;
-  private leases = 0;
   private touched: Subject[] = [];
-  private lastContact: number;
-  /** Counters read by metrics and the benchmark. */
-  readonly stats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, reports: 0 };
+  /** Monotonic time of the last sign of life from each shard's owner. */
+  private readonly contact: Float64Array;
+  /** Highest owner epoch heard from for each shard: fencing against a deposed owner. */
+  private readonly ownerEpochs: Float64Array;
 
   constructor(
     private readonly cfg: LeaseNodeConfig,
@@ -74,17 +100,30 @@ export class LeaseNode {
     private readonly link: OwnerLink,
   ) {
     this.buckets = new BucketMap(cfg.maxBuckets);
-    this.lastContact = clock.monotonic();
+    this.contact = new Float64Array(cfg.shards).fill(clock.monotonic());
+    this.ownerEpochs = new Float64Array(cfg.shards);
   }
 
-  /** Current round number (grows by one per `round()`). */
+  /** Current round number (grows by one per `endRound()`). */
   get round(): number {
     return this.roundNo;
   }
 
-  /** True once the owners have been out of reach for longer than `degradedAfterMs`. */
+  /** True once some shard's owner has been out of reach for longer than `degradedAfterMs` (F5). */
   get degraded(): boolean {
-    return this.clock.monotonic() - this.lastContact > this.cfg.degradedAfterMs;
+    const limit = this.clock.monotonic() - this.cfg.degradedAfterMs;
+    for (let s = 0; s < this.contact.length; s++) if (this.contact[s]! < limit) return true;
+    return false;
+  }
+
+  /** Milliseconds since the owner of `shard` was last heard from (0 while the transport reaches it). */
+  silenceMs(shard: number): number {
+    const mono = this.clock.monotonic();
+    if (this.link.reachable(shard)) {
+      this.contact[shard] = mono;
+      return 0;
+    }
+    return mono - this.contact[shard]!;
   }
 
   /**
@@ -94,17 +133,14 @@ export class LeaseNode {
   acquire(keyId: string, limits: ResolvedLimits, cost = 1): Acquired | Promise<Acquired> {
     const now = this.clock.now();
     const subject = this.buckets.get(keyId, limits, now, this.roundNo);
-    if (subject.touchedRound !== this.roundNo) {
-      subject.touchedRound = this.roundNo;
-      this.touched.push(subject);
-    }
+    this.touch(subject);
     const windows = limits.windows;
     let short = false;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       const w = windows[i]!;
       const id = windowIdAt(now, w.windowMs, b.offset);
-      if (id !== b.windowId) b.roll(id, windowEndMs(id, w.windowMs, b.offset), ++this.leases);
+      if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
       b.roundDemand += cost;
       if (b.credit < cost) short = true;
     }
@@ -112,57 +148,140 @@ export class LeaseNode {
     return this.fastPath(subject, cost);
   }
 
-  /** Applies a grant if it is new for its bucket; returns whether it changed anything. */
-  applyGrant(g: Grant): boolean {
-    this.lastContact = this.clock.monotonic();
-    const b = this.bucketFor(g);
-    if (b === undefined || g.nodeEpoch !== this.cfg.nodeEpoch || g.lease !== b.lease || g.grantSeq <= b.grantSeq) {
-      this.stats.grantsIgnored++;
-      return false;
+  /** Applies a message from an owner; returns whether it changed anything. */
+  onMessage(m: OwnerMessage): boolean {
+    return m.type === 'grant' ? this.applyGrant(m) : this.applyAdjust(m);
+  }
+
+  /** Rejects a message from an owner older than one already heard from for its shard (L4). */
+  private fenced(m: OwnerMessage): boolean {
+    const shard = shardOf(m.keyId, m.windowId, this.cfg.shards);
+    if (m.ownerEpoch < this.ownerEpochs[shard]!) {
+      this.stats.staleOwnerEpoch++;
+      return true;
     }
-    b.grantSeq = g.grantSeq;
-    // Cumulative: a grant only ever raises what this node holds.
-    if (g.issued > b.issued) b.issued = g.issued;
-    this.stats.grantsApplied++;
+    this.ownerEpochs[shard] = m.ownerEpoch;
+    return false;
+  }
+
+  /** Applies a grant if it is new for its lease (current or next window); a grant only raises credit. */
+  applyGrant(g: Grant): boolean {
+    if (this.fenced(g)) return false;
+    const b = this.bucketFor(g.keyId, g.windowMs, g.nodeEpoch, g.lease);
+    if (b !== undefined) this.heard(shardOf(g.keyId, g.windowId, this.cfg.shards));
+    if (b !== undefined && g.windowId === b.windowId && g.grantSeq > b.grantSeq) {
+      b.grantSeq = g.grantSeq;
+      if (g.issued > b.issued) b.issued = g.issued;
+      b.exhausted = false;
+      this.stats.grantsApplied++;
+      return true;
+    }
+    if (b !== undefined && g.windowId === b.windowId + 1 && (b.nextWindowId !== g.windowId || g.grantSeq > b.nextGrantSeq)) {
+      b.nextWindowId = g.windowId;
+      b.nextGrantSeq = g.grantSeq;
+      b.nextIssued = Math.max(b.nextIssued, g.issued);
+      this.stats.grantsApplied++;
+      return true;
+    }
+    this.stats.grantsIgnored++;
+    return false;
+  }
+
+  /** Applies a recall (release what is held above `keep`) and/or an exhaustion notice. */
+  applyAdjust(a: Adjust): boolean {
+    if (this.fenced(a)) return false;
+    const b = this.bucketFor(a.keyId, a.windowMs, a.nodeEpoch, a.lease);
+    if (b === undefined || a.windowId !== b.windowId) return false;
+    this.heard(shardOf(a.keyId, a.windowId, this.cfg.shards));
+    if (a.keep >= 0 && b.credit > a.keep) {
+      b.released += b.credit - a.keep;
+      b.dirty = true;
+      const s = this.buckets.peek(a.keyId);
+      if (s !== undefined) this.touch(s);
+    }
+    if (a.exhausted && b.credit <= 0) b.exhausted = true;
+    this.stats.adjustsApplied++;
     return true;
   }
 
-  /** Ends the round: one report batch per shard touched, handed to the link. */
+  /** Ends the round: a heartbeat, then one report batch per shard with something to report (B2). */
   endRound(): ReportBatch[] {
-    if (this.link.connected()) this.lastContact = this.clock.monotonic();
+    const mono = this.clock.monotonic();
+    const now = this.clock.now();
+    for (let s = 0; s < this.cfg.shards; s++) if (this.link.reachable(s)) this.contact[s] = mono;
+    this.link.heartbeat();
     const byShard = new Map<number, Report[]>();
     for (const s of this.touched) {
       s.limits.windows.forEach((w, i) => {
         const b = s.buckets[i] as Bucket;
+        const idle = b.roundDemand === 0 && !b.dirty;
+        b.rate = b.rate * 0.5 + b.roundDemand * 0.5;
+        // Quiet buckets fade out of the reports; a bucket of an ended window has nothing to say.
+        if ((idle && b.rate < 0.01) || b.windowEnd <= now) return;
         const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
         let list = byShard.get(shard);
         if (list === undefined) byShard.set(shard, (list = []));
-        list.push({
-          keyId: s.keyId,
-          windowId: b.windowId,
-          windowMs: w.windowMs,
-          limit: w.limit,
-          lease: b.lease,
-          seq: this.roundNo,
-          spent: b.spent,
-          demand: this.demandOf(b),
-          held: Math.max(0, b.credit),
-          selfGrant: false,
-        });
-        b.lastDemand = b.roundDemand;
+        list.push(this.report(s.keyId, w.windowMs, w.limit, b));
         b.roundDemand = 0;
+        b.dirty = false;
       });
     }
     const batches: ReportBatch[] = [];
-    for (const [shard, reports] of byShard) {
-      const batch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports };
-      batches.push(batch);
-      this.link.publish(batch);
-    }
+    for (const [shard, reports] of byShard) batches.push({ shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports });
+    for (const batch of batches) this.link.publish(batch);
     this.stats.reports += batches.length;
-    this.touched = [];
+    // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
+    this.touched = this.touched.filter((s) => s.buckets.some((b) => (b.rate >= 0.01 || b.dirty) && b.windowEnd > now));
+    for (const s of this.touched) s.touchedRound = this.roundNo + 1;
     this.roundNo++;
     return batches;
+  }
+
+  private report(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
+    return {
+      keyId,
+      windowId: b.windowId,
+      windowMs,
+      limit,
+      lease: b.lease,
+      seq: this.roundNo,
+      spent: b.spent,
+      issued: b.issued,
+      selfIssued: b.selfIssued,
+      released: b.released,
+      demand: this.demandOf(b),
+      held: Math.max(0, b.credit),
+      selfGrant: b.selfIssued > 0,
+    };
+  }
+
+  private touch(subject: Subject): void {
+    if (subject.touchedRound !== this.roundNo) {
+      subject.touchedRound = this.roundNo;
+      this.touched.push(subject);
+    }
+  }
+
+  private heard(shard: number): void {
+    this.contact[shard] = this.clock.monotonic();
+  }
+
+  /**
+   * Rolls a bucket into window `id`. With no owner contact for the last rounds (F2) and no credit
+   * granted ahead for the new window, the node grants itself exactly 1/fleet of the allowance (F4),
+   * and reports self_grant for the rest of the window; a degraded node does not (F5).
+   */
+  private rollBucket(keyId: string, b: Bucket, id: number, windowMs: number, limit: number): void {
+    b.roll(id, windowEndMs(id, windowMs, b.offset));
+    if (b.issued > 0) return;
+    const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
+    if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence <= this.cfg.degradedAfterMs) {
+      b.selfIssued = Math.floor(limit / Math.max(1, this.link.fleetSize()));
+      if (b.selfIssued > 0) {
+        b.dirty = true;
+        this.stats.selfGrants++;
+      }
+    }
   }
 
   private take(subject: Subject, cost: number): typeof ADMITTED {
@@ -171,7 +290,7 @@ export class LeaseNode {
   }
 
   private demandOf(b: Bucket): number {
-    return Math.max(b.roundDemand, b.lastDemand) * this.cfg.demandRounds;
+    return Math.max(b.roundDemand, b.rate) * this.cfg.demandRounds;
   }
 
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
@@ -180,8 +299,14 @@ export class LeaseNode {
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       if (b.credit >= cost) continue;
-      // At most once per bucket per round: a second miss in the same round is a denial.
-      if (b.fastRound === this.roundNo) return this.deny(subject, cost);
+      const silence = this.silenceMs(shardOf(subject.keyId, b.windowId, this.cfg.shards));
+      // F5: degraded and out of credit — the limiter cannot decide; the backstop is the bound.
+      if (silence > this.cfg.degradedAfterMs) return this.deny(subject, cost, true);
+      // F2: two missed rounds — no fast path, enforce with what is held. D2: once per bucket per
+      // round. And no asking when the owner said the window has nothing left for us.
+      if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || b.fastRound === this.roundNo || b.exhausted) {
+        return this.deny(subject, cost, false);
+      }
       const w = windows[i]!;
       requests.push({
         keyId: subject.keyId,
@@ -203,17 +328,26 @@ export class LeaseNode {
     }
     this.stats.fastPath++;
     const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
-    if (answer === undefined) return this.deny(subject, cost);
+    if (answer === undefined) return this.deny(subject, cost, false);
     if (!isPromise(answer)) {
-      this.lastContact = this.clock.monotonic();
-      for (const g of answer) this.applyGrant(g);
+      this.settle(requests, answer);
       return this.recheck(subject, cost);
     }
     return answer.then((grants) => {
       if (grants === undefined) this.stats.fastPathTimeouts++;
-      else for (const g of grants) this.applyGrant(g);
+      else this.settle(requests, grants);
       return this.recheck(subject, cost);
     });
+  }
+
+  /** Applies a fast-path answer; a bucket the owner gave nothing is exhausted until a grant arrives. */
+  private settle(requests: readonly CreditRequest[], grants: readonly Grant[]): void {
+    for (const r of requests) this.heard(shardOf(r.keyId, r.windowId, this.cfg.shards));
+    for (const g of grants) this.applyGrant(g);
+    for (const r of requests) {
+      const b = this.bucketFor(r.keyId, r.windowMs, r.nodeEpoch, r.lease);
+      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0) b.exhausted = true;
+    }
   }
 
   /** After the fast path: take credit if every window now has it, else deny. */
@@ -223,12 +357,12 @@ export class LeaseNode {
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       // The window may have rolled while we waited: its fresh bucket has no credit yet.
-      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost);
+      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost, false);
     }
     return this.take(subject, cost);
   }
 
-  private deny(subject: Subject, cost: number): Denied {
+  private deny(subject: Subject, cost: number, unavailable: boolean): Denied {
     const now = this.clock.now();
     let latest: Bucket | undefined;
     let name = subject.limits.windows[0]!.name;
@@ -240,16 +374,17 @@ export class LeaseNode {
       }
     });
     const wait = latest === undefined ? undefined : Math.max(0, latest.windowEnd - now);
-    return { admitted: false, window: name, retryAfterMs: wait };
+    return { admitted: false, window: name, retryAfterMs: wait, unavailable };
   }
 
-  private bucketFor(g: Grant): Bucket | undefined {
-    const s = this.buckets.peek(g.keyId);
+  private bucketFor(keyId: string, windowMs: number, nodeEpoch: string, lease: number): Bucket | undefined {
+    if (nodeEpoch !== this.cfg.nodeEpoch) return undefined;
+    const s = this.buckets.peek(keyId);
     if (s === undefined) return undefined;
     const windows = s.limits.windows;
     for (let i = 0; i < windows.length; i++) {
       const b = s.buckets[i] as Bucket;
-      if (windows[i]!.windowMs === g.windowMs && b.windowId === g.windowId) return b;
+      if (windows[i]!.windowMs === windowMs && b.lease === lease) return b;
     }
     return undefined;
   }

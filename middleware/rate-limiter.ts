@@ -9,10 +9,14 @@ import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } fr
 import { FoldOwner } from '../lib/fold-owner.js';
 import { KeyHasher } from '../lib/key-id.js';
 import { LeaseNode, type Acquired } from '../lib/lease-node.js';
+import { shardOf } from '../lib/protocol/messages.js';
 import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
 import { correlationIdOf, sendProblem } from './responses.js';
+
+/** Rounds of demand a node asks for: a grant must last until the next round's top-up lands. */
+const DEMAND_ROUNDS = 3;
 
 /** Tenant-fairness bucket of unauthenticated callers: a class name, never a tenant id. */
 const ANONYMOUS = '(anonymous)';
@@ -59,30 +63,34 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const nodeEpoch = randomUUID();
   const identity = { nodeId: cfg.nodeId, nodeEpoch };
   const ownBus = cfg.bus === undefined;
-  const bus = cfg.bus ?? new MemoryBus();
-  const owner = new FoldOwner({
-    ownerEpoch: 1,
-    headroom: cfg.headroom,
-    reserveRatio: cfg.reserveRatio,
-    roundMs: cfg.roundMs,
-    fleetSize: () => bus.fleetSize(),
-  });
+  const bus = cfg.bus ?? new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock });
   // The node is created before it is connected so that grants can be delivered to it.
   let node: LeaseNode;
-  const link = bus.connectNode(identity, (g) => node.applyGrant(g));
+  const link = bus.connectNode(identity, (m) => node.onMessage(m));
   node = new LeaseNode(
     {
       nodeId: cfg.nodeId,
       nodeEpoch,
       shards: cfg.shards,
       maxBuckets: cfg.maxBuckets,
+      roundMs: cfg.roundMs,
       fastPathDeadlineMs: cfg.fastPathDeadlineMs,
-      demandRounds: 2,
+      demandRounds: DEMAND_ROUNDS,
+      missedRoundsLimit: 2,
       degradedAfterMs: cfg.degradedAfterMs,
     },
     clock,
     link,
   );
+  const owner = new FoldOwner({
+    ownerEpoch: (shard) => bus.ownerEpoch(shard),
+    shardOf: (keyId, windowId) => shardOf(keyId, windowId, cfg.shards),
+    headroom: cfg.headroom,
+    reserveRatio: cfg.reserveRatio,
+    roundMs: cfg.roundMs,
+    fleet: bus.fleetView(identity),
+    clock,
+  });
   bus.serveOwner(identity, owner);
   const capacity = new AdmissionCapacity(clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0 };
@@ -170,6 +178,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         stats.admitted++;
         if (policy.doc.capacity !== undefined) capacity.record(tenant);
         next();
+        return;
+      }
+      if (result.unavailable) {
+        // Degraded and out of credit (F5): the limiter cannot decide; fail open (or closed) and let
+        // the backstop bind.
+        fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass);
         return;
       }
       stats.quotaDenied++;

@@ -5,7 +5,7 @@ import { systemClock } from '../lib/clock.js';
 import { FoldOwner } from '../lib/fold-owner.js';
 import { LeaseNode, type OwnerLink } from '../lib/lease-node.js';
 import { compilePolicy } from '../lib/policy.js';
-import type { CreditRequest, Grant } from '../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type Grant } from '../lib/protocol/messages.js';
 import { rateLimiter } from '../middleware/rate-limiter.js';
 import { benchIdentity, hugePolicy } from './bench-server.js';
 
@@ -45,9 +45,11 @@ async function measure(what: string, windowsMs: number[], count: number, fill: (
 /** A link whose grants cover each request exactly, keeping no state: the node's memory alone. */
 const statelessLink: OwnerLink = {
   requestCredit: (reqs: readonly CreditRequest[]): Grant[] =>
-    reqs.map((r) => ({ keyId: r.keyId, windowId: r.windowId, windowMs: r.windowMs, nodeId: r.nodeId, nodeEpoch: r.nodeEpoch, lease: r.lease, grantSeq: 1, ownerEpoch: 1, issued: r.spent + r.need })),
+    reqs.map((r) => ({ type: 'grant' as const, keyId: r.keyId, windowId: r.windowId, windowMs: r.windowMs, nodeId: r.nodeId, nodeEpoch: r.nodeEpoch, lease: r.lease, grantSeq: 1, ownerEpoch: 1, issued: r.spent + r.need })),
   publish: () => undefined,
-  connected: () => true,
+  heartbeat: () => undefined,
+  reachable: () => true,
+  fleetSize: () => 1,
 };
 
 /**
@@ -60,7 +62,7 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
   const buckets = keys * windowsMs.length;
   const node = await measure('node buckets', windowsMs, buckets, async () => {
     const n = new LeaseNode(
-      { nodeId: 'bench', nodeEpoch: 'bench-1', shards: 64, maxBuckets: buckets, fastPathDeadlineMs: 1, demandRounds: 2, degradedAfterMs: 30_000 },
+      { nodeId: 'bench', nodeEpoch: 'bench-1', shards: 64, maxBuckets: buckets, roundMs: 25, fastPathDeadlineMs: 1, demandRounds: 3, missedRoundsLimit: 2, degradedAfterMs: 30_000 },
       systemClock,
       statelessLink,
     );
@@ -70,7 +72,8 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
     return n;
   });
   const owner = await measure('owner ledgers', windowsMs, buckets, async () => {
-    const o = new FoldOwner({ ownerEpoch: 1, headroom: 1.25, reserveRatio: 0.02, roundMs: 25, fleetSize: () => 1 });
+    const fleet = { size: () => 1, silent: () => [], rejoining: () => false };
+    const o = new FoldOwner({ ownerEpoch: () => 1, shardOf: (k, w) => shardOf(k, w, 64), headroom: 1.25, reserveRatio: 0.02, roundMs: 25, fleet, clock: systemClock });
     const now = Date.now();
     for (const k of keyIds) {
       for (const windowMs of windowsMs) {

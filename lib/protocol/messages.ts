@@ -29,6 +29,7 @@ export interface CreditRequest {
 
 /** Credit issued by a shard owner. `issued` is the cumulative credit issued on this lease. */
 export interface Grant {
+  readonly type: 'grant';
   readonly keyId: string;
   readonly windowId: number;
   readonly windowMs: number;
@@ -42,6 +43,27 @@ export interface Grant {
   readonly issued: number;
 }
 
+/**
+ * An owner's instruction that never adds credit: release what is held above `keep` (rebalancing,
+ * L1), and/or stop asking because the window has nothing left for this lease (`exhausted`).
+ */
+export interface Adjust {
+  readonly type: 'adjust';
+  readonly keyId: string;
+  readonly windowId: number;
+  readonly windowMs: number;
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  readonly lease: number;
+  readonly ownerEpoch: number;
+  /** Credit the lease may keep; -1 for no recall. */
+  readonly keep: number;
+  readonly exhausted: boolean;
+}
+
+/** Anything an owner sends to a node. */
+export type OwnerMessage = Grant | Adjust;
+
 /** One bucket's state as a node reports it each round. */
 export interface Report {
   readonly keyId: string;
@@ -53,9 +75,16 @@ export interface Report {
   readonly seq: number;
   /** Cumulative admissions on this lease. */
   readonly spent: number;
+  /** Cumulative credit the owner issued on this lease, as applied by the node. */
+  readonly issued: number;
+  /** Credit the node granted itself at a window boundary without owner contact (F4). */
+  readonly selfIssued: number;
+  /** Cumulative credit the node gave back (after a recall). */
+  readonly released: number;
   readonly demand: number;
-  /** Credit the node holds and has not spent. */
+  /** Credit the node holds and has not spent: issued + selfIssued − spent − released. */
   readonly held: number;
+  /** Set in every report of a bucket that self-granted in this window. */
   readonly selfGrant: boolean;
 }
 

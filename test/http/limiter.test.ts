@@ -162,19 +162,23 @@ describe('rateLimiter middleware', () => {
 
   it('marks every response X-RateLimit-Degraded once the owner has been silent too long (H4)', async () => {
     const clock = new FakeClock(1_800_000_000_000);
-    const inner = new MemoryBus();
+    const inner = new MemoryBus({ shards: 64, roundMs: 25, clock });
     let up = true;
     const bus: Bus = {
-      connectNode: (n, onGrant) => {
+      connectNode: (n, onMessage) => {
         // A partition: nothing crosses while `up` is false.
-        const link = inner.connectNode(n, (g) => up && onGrant(g));
+        const link = inner.connectNode(n, (m) => up && onMessage(m));
         return {
           requestCredit: (reqs, deadline) => (up ? link.requestCredit(reqs, deadline) : undefined),
           publish: (batch) => up && link.publish(batch),
-          connected: () => up,
+          heartbeat: () => up && link.heartbeat(),
+          reachable: (shard) => up && link.reachable(shard),
+          fleetSize: () => link.fleetSize(),
         };
       },
       serveOwner: (n, o) => inner.serveOwner(n, o),
+      fleetView: (n) => inner.fleetView(n),
+      ownerEpoch: () => inner.ownerEpoch(),
       fleetSize: () => inner.fleetSize(),
       close: () => inner.close(),
     };

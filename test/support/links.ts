@@ -18,12 +18,20 @@ export class RecordingLink implements OwnerLink {
     this.published.push(batch);
   }
 
-  connected(): boolean {
+  heartbeat(): void {}
+
+  reachable(): boolean {
     return this.up;
   }
+
+  fleetSize(): number {
+    return this.fleet;
+  }
+
+  fleet = 4;
 }
 
 /** A grant for `req` raising this node's cumulative credit to `issued`. */
 export function grantFor(req: CreditRequest, issued: number, grantSeq: number, ownerEpoch = 1): Grant {
-  return { keyId: req.keyId, windowId: req.windowId, windowMs: req.windowMs, nodeId: req.nodeId, nodeEpoch: req.nodeEpoch, lease: req.lease, grantSeq, ownerEpoch, issued };
+  return { type: 'grant', keyId: req.keyId, windowId: req.windowId, windowMs: req.windowMs, nodeId: req.nodeId, nodeEpoch: req.nodeEpoch, lease: req.lease, grantSeq, ownerEpoch, issued };
 }

@@ -13,7 +13,7 @@ describe('bucket map: LRU cap that only evicts empty or past buckets (D4)', () =
       const s = map.get(`k${i}`, hour, now, 0);
       s.touchedRound = 0;
       s.buckets.forEach((b) => {
-        b.roll(0, now + 60_000, i + 1);
+        b.roll(0, now + 60_000);
         b.issued = credit;
       });
     }

@@ -1,14 +1,17 @@
 import { expect } from 'chai';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import type { CreditRequest, Report, ReportBatch } from '../../lib/protocol/messages.js';
+import { FakeClock } from '../../lib/clock.js';
 import { rng } from '../support/rng.js';
+import { FixedFleet, ownerConfig } from '../support/protocol.js';
 
 const KEY = 'v1:OWNEROWNEROWNEROWNERO';
 const W = 1000;
 const WID = 1_800_000;
 
 function owner(fleet = 4, reserveRatio = 0.02): FoldOwner {
-  return new FoldOwner({ ownerEpoch: 7, headroom: 1.25, reserveRatio, roundMs: 25, fleetSize: () => fleet });
+  // The clock stands in the middle of window WID, far from its end (no pre-grants).
+  return new FoldOwner(ownerConfig(new FakeClock(WID * W + 100), new FixedFleet(fleet), { reserveRatio }));
 }
 
 function req(node: string, need: number, demand: number, fastPath = true, limit = 1000): CreditRequest {
@@ -16,7 +19,7 @@ function req(node: string, need: number, demand: number, fastPath = true, limit 
 }
 
 function batch(node: string, epoch: string, seq: number, spent: number, demand = 0, limit = 1000): ReportBatch {
-  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit, lease: 1, seq, spent, demand, held: 0, selfGrant: false };
+  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit, lease: 1, seq, spent, issued: 0, selfIssued: 0, released: 0, demand, held: 0, selfGrant: false };
   return { shard: 0, nodeId: node, nodeEpoch: epoch, round: seq, reports: [r] };
 }
 
@@ -51,11 +54,13 @@ describe('fold owner: the only issuer of credit', () => {
 
   it('releases the reserve only on the fast path, at most once per key per window', () => {
     const o = owner(1);
-    o.onCreditRequest(req('a', 1, 1));
+    o.onCreditRequest(req('a', 1, 1, false));
+    expect(o.onCreditRequest(req('b', 5, 5, false))).to.equal(undefined); // not the fast path: no reserve
     const r1 = o.onCreditRequest(req('a', 5, 5))!;
-    expect(r1.issued).to.equal(1000);
+    expect(r1.issued).to.equal(985); // the reserve is released into the pool; this grant takes what it needs
     expect(o.stats.reserveReleases).to.equal(1);
-    expect(o.onCreditRequest(req('b', 1, 1))).to.equal(undefined);
+    expect(o.onCreditRequest(req('b', 1, 1))!.issued).to.equal(15); // b's fair share of the rest: all of it
+    expect(o.onCreditRequest(req('c', 1, 1))).to.equal(undefined);
     expect(o.stats.reserveReleases).to.equal(1);
     expect(o.issued(KEY, W, WID)).to.equal(1000);
   });
@@ -86,8 +91,8 @@ describe('fold owner: the only issuer of credit', () => {
     const g2 = o.onCreditRequest({ ...req('a', 1, 1), lease: 2 })!;
     expect(g2.lease).to.equal(2);
     expect(g2.grantSeq).to.equal(1);
-    expect(g2.issued).to.equal(20); // only the reserve is left
-    expect(o.issued(KEY, W, WID)).to.equal(1000);
+    expect(g2.issued).to.equal(2); // only the reserve is left: released, and this lease takes what it asks
+    expect(o.issued(KEY, W, WID)).to.equal(982);
     expect(o.spent(KEY, W, WID)).to.equal(980);
   });
 
@@ -96,7 +101,7 @@ describe('fold owner: the only issuer of credit', () => {
     o.onCreditRequest(req('a', 1, 1)); // 245 issued to a-e1
     const grants = o.onReports(batch('a', 'a-e1', 1, 240, 100)); // holds 5, wants 125
     expect(grants).to.have.length(1);
-    expect(grants[0]!.issued).to.equal(245 + 120);
+    expect(grants[0]).to.include({ type: 'grant', issued: 245 + 120 });
   });
 
   it('drops ledgers two rounds after the window ends', () => {
@@ -129,7 +134,7 @@ describe('fold owner: the only issuer of credit', () => {
             o.onReports(rand() < 0.3 ? { ...b, round: step } : b);
             if (rand() < 0.2) o.onReports(b); // duplicate delivery
           }
-          expect(o.issued(KEY, W, WID)).to.be.at.most(limit);
+          expect(o.committed(KEY, W, WID)).to.be.at.most(limit);
         }
       });
     }

@@ -5,17 +5,14 @@ import { compilePolicy } from '../../lib/policy.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { demoPolicy } from '../support/fixtures.js';
 import { grantFor, RecordingLink } from '../support/links.js';
+import { nodeConfig } from '../support/protocol.js';
 
 const KEY = 'v1:KKKKKKKKKKKKKKKKKKKKKK';
 const policy = compilePolicy(demoPolicy());
 const free = policy.limitsFor(KEY, 't'); // burst 10/1 s, sustained 100/60 s
 
 function makeNode(link: RecordingLink, clock = new FakeClock()): LeaseNode {
-  return new LeaseNode(
-    { nodeId: 'n1', nodeEpoch: 'e1', shards: 8, maxBuckets: 1000, fastPathDeadlineMs: 1, demandRounds: 2, degradedAfterMs: 30_000 },
-    clock,
-    link,
-  );
+  return new LeaseNode(nodeConfig(), clock, link);
 }
 
 /** A link whose owner grants exactly what each request asks for up to `caps` (per window length). */
@@ -72,7 +69,7 @@ describe('lease node: the decision path', () => {
     expect(sustained!.spent).to.equal(0);
   });
 
-  it('takes the fast path at most once per bucket per round (D2)', () => {
+  it('takes the fast path at most once per bucket per round (D2), and not at all once told the window is spent', () => {
     const link = grantingLink({ 1000: 1, 60_000: 100 });
     const node = makeNode(link);
     expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true }); // first sight: this round's ask
@@ -81,12 +78,15 @@ describe('lease node: the decision path', () => {
     node.endRound();
     expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // asks; the owner has nothing left
     expect(link.requests).to.have.length(2);
-    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false);
-    expect(link.requests).to.have.length(2);
     node.endRound();
-    node.acquire(KEY, free);
-    expect(link.requests).to.have.length(3);
-    expect(node.stats.fastPath).to.equal(3);
+    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // exhausted: no ask this window
+    expect(link.requests).to.have.length(2);
+    expect(node.stats.fastPath).to.equal(2);
+    // A top-up from the owner clears the exhaustion: credit again, no ask needed.
+    const [burstReq] = link.requests[1]!;
+    expect(node.onMessage(grantFor(burstReq!, 3, 5))).to.equal(true);
+    expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(2);
   });
 
   it('waits for a remote owner through a promise and admits when the grant lands', async () => {
@@ -193,7 +193,10 @@ describe('lease node: the decision path', () => {
     ]);
     expect(mine.every((r) => r.demand === 60)).to.equal(true); // 30 requests × 2 rounds of lookahead
     expect(link.published).to.have.length(batches.length);
-    // Untouched keys are not reported next round.
+    // Without traffic the advertised demand fades, then the keys drop out of the reports.
+    const next = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
+    expect(next.map((r) => r.demand)).to.deep.equal([15, 15]); // smoothed rate 7.5/round × 2 rounds
+    for (let i = 0; i < 20; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
   });
 });

@@ -1,0 +1,50 @@
+import type { Clock } from '../../lib/clock.js';
+import type { FleetView, FoldOwnerConfig } from '../../lib/fold-owner.js';
+import type { LeaseNodeConfig } from '../../lib/lease-node.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+
+/** Node settings with the spec's defaults, for tests. */
+export function nodeConfig(overrides: Partial<LeaseNodeConfig> = {}): LeaseNodeConfig {
+  return {
+    nodeId: 'n1',
+    nodeEpoch: 'e1',
+    shards: 8,
+    maxBuckets: 1000,
+    roundMs: 25,
+    fastPathDeadlineMs: 1,
+    demandRounds: 2,
+    missedRoundsLimit: 2,
+    degradedAfterMs: 30_000,
+    ...overrides,
+  };
+}
+
+/** A fleet view the test sets by hand. */
+export class FixedFleet implements FleetView {
+  silentNodes: string[] = [];
+  rejoiningNodes = new Set<string>();
+  constructor(public members: number) {}
+  size(): number {
+    return this.members;
+  }
+  silent(): readonly string[] {
+    return this.silentNodes;
+  }
+  rejoining(nodeId: string): boolean {
+    return this.rejoiningNodes.has(nodeId);
+  }
+}
+
+/** Owner settings with the spec's defaults, for tests. */
+export function ownerConfig(clock: Clock, fleet: FleetView, overrides: Partial<FoldOwnerConfig> = {}): FoldOwnerConfig {
+  return {
+    ownerEpoch: () => 7,
+    shardOf: (keyId, windowId) => shardOf(keyId, windowId, 8),
+    headroom: 1.25,
+    reserveRatio: 0.02,
+    roundMs: 25,
+    fleet,
+    clock,
+    ...overrides,
+  };
+}
