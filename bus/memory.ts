@@ -221,7 +221,8 @@ export class MemoryBus implements Bus {
     for (const [ownerId, heard] of this.lastHeard) {
       if (ownerId !== nodeId && this.opts.faults?.blocked(nodeId, ownerId)) continue;
       const prev = heard.get(nodeId);
-      if (prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
+      // An owner's own node is never "absent" from it: same process.
+      if (ownerId !== nodeId && prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
       heard.set(nodeId, now);
     }
   }
