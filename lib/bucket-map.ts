@@ -24,6 +24,13 @@ export class Subject {
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;
+      kept.exhausted = false;
+      // Or shrunk: credit above the new limit is given back at once (reported at the round's end).
+      const excess = kept.credit - Math.max(0, w.limit - kept.spent);
+      if (excess > 0) {
+        kept.released += excess;
+        kept.dirty = true;
+      }
       return kept;
     });
   }

@@ -104,9 +104,11 @@ export class FoldOwner {
     if (this.withheld(req.nodeId)) return undefined;
     const pool = this.available(ledger, false);
     // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
-    // key pinned to one node) is not held to demand-sized sips, one ask per round.
+    // key pinned to one node) is not held to demand-sized sips, one ask per round. What the lease
+    // already holds counts (a grant may be in flight): a repeated request adds nothing.
     const share = Math.ceil(pool / Math.max(1, this.cfg.fleet.size()));
-    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom) - held(lease), share);
+    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom), share) - Math.max(0, held(lease));
+    if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
     let amount = Math.min(want, pool);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
@@ -291,6 +293,11 @@ export class FoldOwner {
     lease.issued += amount;
     lease.grantSeq++;
     this.stats.grants++;
+    return this.restate(ledger, lease);
+  }
+
+  /** The lease's latest grant, cumulative: re-sending it repairs a lost grant and adds nothing. */
+  private restate(ledger: Ledger, lease: Lease): Grant {
     return {
       type: 'grant',
       keyId: ledger.keyId,

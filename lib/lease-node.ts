@@ -362,19 +362,33 @@ export class LeaseNode {
     return this.take(subject, cost);
   }
 
+  /**
+   * Denial for `subject`. A window could deny this key now if it is short here and the owner said it
+   * has nothing left (exhausted): Retry-After is the wait to the latest such boundary (H2). A window
+   * that is only short here (its ask is spent for this round, or the owner is out of reach) may get
+   * credit next round: then the wait is one round, not a whole window.
+   */
   private deny(subject: Subject, cost: number, unavailable: boolean): Denied {
     const now = this.clock.now();
-    let latest: Bucket | undefined;
-    let name = subject.limits.windows[0]!.name;
+    let spent: Bucket | undefined;
+    let spentName = '';
+    let short: Bucket | undefined;
+    let shortName = '';
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
-      if (b.credit < cost && (latest === undefined || b.windowEnd > latest.windowEnd)) {
-        latest = b;
-        name = w.name;
+      if (b.credit >= cost) return;
+      if (b.exhausted && (spent === undefined || b.windowEnd > spent.windowEnd)) {
+        spent = b;
+        spentName = w.name;
+      } else if (short === undefined) {
+        short = b;
+        shortName = w.name;
       }
     });
-    const wait = latest === undefined ? undefined : Math.max(0, latest.windowEnd - now);
-    return { admitted: false, window: name, retryAfterMs: wait, unavailable };
+    if (unavailable) return { admitted: false, window: spentName || shortName, retryAfterMs: undefined, unavailable };
+    if (spent !== undefined) return { admitted: false, window: spentName, retryAfterMs: Math.max(0, spent.windowEnd - now), unavailable };
+    const wait = short === undefined ? undefined : Math.min(this.cfg.roundMs, Math.max(0, short.windowEnd - now));
+    return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable };
   }
 
   private bucketFor(keyId: string, windowMs: number, nodeEpoch: string, lease: number): Bucket | undefined {

@@ -6,17 +6,17 @@ import type { Logger } from 'pino';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { ConfigError, PolicyError, type Problem } from '../lib/errors.js';
-import type { HashKeyVersion } from '../lib/key-id.js';
+import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import { CompiledPolicy, compilePolicy, type PolicyDoc } from '../lib/policy.js';
 import type { SubSecondMode } from '../lib/retry-after.js';
 import { joiProblems } from '../lib/validate.js';
 
 /** The authenticated caller as the application's auth layer established it. */
 export interface Identity {
-  /** The API key or authenticated principal; hashed at once, never stored. */
-  readonly principal: string;
+  /** The API key or authenticated principal (a number is taken as its decimal form); hashed at once, never stored. */
+  readonly principal: string | number;
   /** The caller's tenant (account); used for plan lookup and tenant fairness, never shown to others. */
-  readonly tenant: string;
+  readonly tenant: string | number;
 }
 
 /** Options of `rateLimiter()`. */
@@ -24,10 +24,10 @@ export interface RateLimiterOptions {
   /** Plans, per-key overrides, route classes and capacity; a document (validated here) or a compiled policy. */
   policy: PolicyDoc | CompiledPolicy;
   /**
-   * Returns the caller the auth layer authenticated, or undefined for an unauthenticated caller, who is
-   * limited in the anonymous class (network range + route class).
+   * Returns the caller the auth layer authenticated, or a falsy value (undefined, null, false) for an
+   * unauthenticated caller, who is limited in the anonymous class (network range + route class).
    */
-  identify: (req: Request) => Identity | undefined;
+  identify: (req: Request) => Identity | undefined | null | false;
   /** Route class of a request: a name or a function. @default 'default' */
   routeClass?: string | ((req: Request) => string);
   /**
@@ -68,7 +68,7 @@ export interface RateLimiterOptions {
 /** Options after validation: every default filled in, frozen. */
 export interface Config {
   readonly policy: CompiledPolicy;
-  readonly identify: (req: Request) => Identity | undefined;
+  readonly identify: (req: Request) => Identity | undefined | null | false;
   readonly routeClass: string | ((req: Request) => string);
   readonly keyHash: { readonly versions: readonly HashKeyVersion[]; readonly current?: string };
   readonly nodeId: string;
@@ -134,6 +134,15 @@ export function parseOptions(options: unknown): Config {
   }
   if (value?.bus !== undefined && value?.keyHash === undefined) {
     problems.push({ path: 'keyHash', message: 'is required with a shared bus: every node must derive the same key ids' });
+  }
+  const keyHash = (options as { keyHash?: { versions?: unknown; current?: string } } | undefined)?.keyHash;
+  if (Array.isArray(keyHash?.versions)) {
+    try {
+      new KeyHasher(keyHash.versions as HashKeyVersion[], keyHash.current);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems);
+    }
   }
   if (problems.length || policy === undefined) throw new ConfigError(problems);
   const o = options as RateLimiterOptions;

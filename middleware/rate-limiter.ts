@@ -18,8 +18,8 @@ import { correlationIdOf, sendProblem } from './responses.js';
 /** Rounds of demand a node asks for: a grant must last until the next round's top-up lands. */
 const DEMAND_ROUNDS = 3;
 
-/** Tenant-fairness bucket of unauthenticated callers: a class name, never a tenant id. */
-const ANONYMOUS = '(anonymous)';
+/** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
+const ANONYMOUS = '\u0000anonymous';
 
 /** Counters of one limiter instance. */
 export interface LimiterStats {
@@ -122,15 +122,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       const who = cfg.identify(req);
       let tenant: string;
       let limits: ResolvedLimits;
-      if (who === undefined || who === null) {
+      if (!who) {
         const range = networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops));
         keyId = hasher.hash(`anonymous\u0000${range ?? 'unknown'}\u0000${routeClass}`);
         tenant = ANONYMOUS;
         limits = policy.anonymousLimitsFor(routeClass);
       } else {
-        checkIdentity(who);
-        keyId = hasher.hash(who.principal);
-        tenant = who.tenant;
+        const principal = identityField(who, 'principal');
+        tenant = identityField(who, 'tenant');
+        keyId = hasher.hash(principal);
         limits = policy.limitsFor(keyId, tenant);
       }
       const cap = policy.doc.capacity;
@@ -197,6 +197,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   function fault(req: Request, res: Response, next: NextFunction, err: unknown, keyId: string | undefined, routeClass: string): void {
     const correlationId = correlationIdOf(req);
+    if (!res.headersSent) commonHeaders(res);
     let closed = false;
     try {
       closed = policy.failClosed(routeClass);
@@ -257,12 +258,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   return middleware;
 }
 
-const IDENTITY_FIELDS = ['principal', 'tenant'] as const;
-
-function checkIdentity(who: Identity): void {
-  for (const field of IDENTITY_FIELDS) {
-    if (typeof who[field] !== 'string' || who[field].length === 0) {
-      throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity without a ${field}`);
-    }
+/**
+ * A field of what identify() returned: a non-empty string (a finite number is taken as its decimal
+ * form, since account ids often are numbers). Anything else is a limiter fault (RL_IDENTITY).
+ */
+function identityField(who: Identity, field: 'principal' | 'tenant'): string {
+  const v: unknown = who[field];
+  if (typeof v === 'number' && Number.isFinite(v)) return String(v);
+  if (typeof v !== 'string' || v.length === 0 || v.includes('\u0000')) {
+    throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity whose ${field} is not a non-empty string`);
   }
+  return v;
 }

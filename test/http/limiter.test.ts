@@ -59,6 +59,23 @@ describe('rateLimiter middleware', () => {
       const paths = (err as ConfigError).problems.map((p) => p.path);
       expect(paths).to.include.members(['identify', 'shards', 'subSecondRetryAfter', 'policy.defaultPlan', 'keyHash']);
     }
+    try {
+      rateLimiter({ policy: demoPolicy(), identify: () => undefined, shards: 0, keyHash: { versions: [{ version: 'v1', secret: 'short' }] } });
+      expect.fail('should throw');
+    } catch (err) {
+      expect(err).to.be.instanceOf(ConfigError);
+      expect((err as ConfigError).code).to.equal('RL_CONFIG');
+      const paths = (err as ConfigError).problems.map((p) => p.path);
+      expect(paths).to.have.members(['shards', 'keyHash.versions.0.secret']);
+    }
+  });
+
+  it('takes numeric account ids, and a falsy identity as an anonymous caller', async () => {
+    const numeric = appWith({ identify: () => ({ principal: 12345, tenant: 678 }) });
+    expect(await statuses(numeric.app, 11, {})).to.deep.equal([...Array(10).fill(200), 429]);
+    expect(numeric.limiter.stats.failOpen).to.equal(0);
+    const none = appWith({ identify: () => false });
+    expect(await statuses(none.app, 6, {})).to.deep.equal([200, 200, 200, 200, 200, 429]); // anonymous: 5/s
   });
 
   it('503 capacity class once a tenant has taken its share; its neighbour still gets through, and learns nothing', async () => {
@@ -204,6 +221,14 @@ describe('rateLimiter middleware', () => {
     limiter.updatePolicy(bigger);
     expect(limiter.policy().version).to.equal(2);
     expect(await statuses(app, 20, { 'x-key': 'k-12345678' })).to.deep.equal(Array(20).fill(200));
+  });
+
+  it('a lower limit takes effect mid-window: credit above it is given back at once', async () => {
+    const { app, limiter } = appWith({ policy: demoPolicy({ defaultPlan: 'hour' }) });
+    expect(await statuses(app, 5, { 'x-key': 'k-12345678' })).to.deep.equal(Array(5).fill(200));
+    const lower = demoPolicy({ version: 2, defaultPlan: 'hour' });
+    limiter.updatePolicy({ ...lower, plans: { ...lower.plans, hour: { windows: [{ name: 'hourly', limit: 10, windowMs: 3_600_000 }] } } });
+    expect(await statuses(app, 8, { 'x-key': 'k-12345678' })).to.deep.equal([200, 200, 200, 200, 200, 429, 429, 429]);
   });
 
   it('works unchanged on Express 4', async () => {

@@ -127,6 +127,16 @@ describe('lease node: the decision path', () => {
     });
   });
 
+  it('a window short only here (its ask for this round is spent) says retry next round, not at its end', () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const link = grantingLink({ 1000: 1, 60_000: 100 });
+    const node = makeNode(link, clock);
+    node.acquire(KEY, free); // first sight, this round's ask
+    const r = node.acquire(KEY, free) as Denied;
+    expect(r.window).to.equal('burst');
+    expect(r.retryAfterMs).to.be.at.most(25);
+  });
+
   describe('grants (L4)', () => {
     function setup() {
       const link = new RecordingLink(() => []);
