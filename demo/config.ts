@@ -44,12 +44,18 @@ const fileSchema = Joi.object({
  */
 export function parseDemoConfig(input: unknown, hasher: KeyHasher): DemoConfig {
   const { error, value } = fileSchema.validate(input, { abortEarly: false });
-  if (error) throw new ConfigError(joiProblems(error), 'invalid demo configuration');
+  // Demo keys are API keys: errors name them by position, never by the key.
+  const names = Object.keys((input as { demoKeys?: object } | null)?.demoKeys ?? {});
+  const mask = (path: string): string => {
+    const i = names.findIndex((n) => path === `demoKeys.${n}` || path.startsWith(`demoKeys.${n}.`));
+    return i < 0 ? path : `demoKeys[${i}]${path.slice(`demoKeys.${names[i]}`.length)}`;
+  };
+  if (error) throw new ConfigError(joiProblems(error).map((p) => ({ path: mask(p.path), message: p.message })), 'invalid demo configuration');
   const file = value as DemoConfigFile;
   const plans = (file.policy as { plans?: Record<string, unknown> }).plans ?? {};
   const problems = Object.entries(file.demoKeys)
     .filter(([, k]) => !Object.hasOwn(plans, k.plan))
-    .map(([name, k]) => ({ path: `demoKeys.${name}.plan`, message: `unknown plan "${k.plan}"` }));
+    .map(([name, k]) => ({ path: mask(`demoKeys.${name}.plan`), message: `unknown plan "${k.plan}"` }));
   const keys = { ...(file.policy.keys ?? {}) };
   for (const [raw, k] of Object.entries(file.demoKeys)) keys[hasher.hash(raw)] = { plan: k.plan };
   let policy: CompiledPolicy | undefined;

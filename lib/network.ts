@@ -6,15 +6,30 @@ import { isIPv4, isIPv6 } from 'node:net';
  */
 export function networkRange(address: string | undefined): string | undefined {
   if (address === undefined) return undefined;
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  const ip = mapped ? mapped[1]! : address;
-  if (isIPv4(ip)) {
-    const [a, b, c] = ip.split('.');
-    return `${a}.${b}.${c}.0/24`;
-  }
+  const ip = stripPort(address.trim());
+  if (isIPv4(ip)) return v4Range(ip);
   const bare = ip.replace(/%.*$/, '');
   if (!isIPv6(bare)) return undefined;
-  return `${expandIPv6(bare).slice(0, 4).join(':')}::/64`;
+  const h = expandIPv6(bare);
+  // IPv4-mapped (::ffff:a.b.c.d in any spelling) is an IPv4 client.
+  if (h.slice(0, 5).every((x) => x === '0') && h[5] === 'ffff') {
+    const [hi, lo] = [parseInt(h[6]!, 16), parseInt(h[7]!, 16)];
+    return v4Range(`${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`);
+  }
+  return `${h.slice(0, 4).join(':')}::/64`;
+}
+
+function v4Range(ip: string): string {
+  const [a, b, c] = ip.split('.');
+  return `${a}.${b}.${c}.0/24`;
+}
+
+/** `1.2.3.4:5678` → `1.2.3.4`; `[2001:db8::1]:443` → `2001:db8::1`; anything else unchanged. */
+function stripPort(address: string): string {
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(address);
+  if (bracketed) return bracketed[1]!;
+  const v4 = /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(address);
+  return v4 ? v4[1]! : address;
 }
 
 /** The eight hextets of an IPv6 address, lower-case, without leading zeros. */

@@ -186,7 +186,7 @@ export function compilePolicy(input: unknown): CompiledPolicy {
   // Cross-references are checked even when the schema failed, so one pass reports everything.
   const doc = (error ? input : value) as Partial<PolicyDoc> | null;
   if (doc !== null && typeof doc === 'object') crossCheck(doc, problems);
-  if (problems.length) throw new PolicyError(problems);
+  if (problems.length) throw new PolicyError(maskKeyPaths(problems, doc));
   return new CompiledPolicy(deepFreeze(structuredClone(value as PolicyDoc)));
 }
 
@@ -207,6 +207,22 @@ function crossCheck(doc: Partial<PolicyDoc>, problems: Problem[]): void {
   }
   for (const [r, def] of entries<RouteClassDef>(doc.routeClasses)) known(def?.plan, `routeClasses.${r}.plan`);
   for (const [p, def] of entries<PlanDef>(plans)) if (Array.isArray(def?.windows)) checkWindowOrder(def.windows, `plans.${p}.windows`, problems);
+}
+
+/**
+ * An override keyed by something that is not a key id may be a raw API key pasted by mistake: error
+ * paths name it by position (`keys[2]`), never by the key itself.
+ */
+function maskKeyPaths(problems: Problem[], doc: Partial<PolicyDoc> | null): Problem[] {
+  const names = isRecord(doc?.keys) ? Object.keys(doc.keys) : [];
+  return problems.map((p) => {
+    for (const [i, name] of names.entries()) {
+      if (!KEY_ID_PATTERN.test(name) && (p.path === `keys.${name}` || p.path.startsWith(`keys.${name}.`))) {
+        return { path: `keys[${i}]${p.path.slice(`keys.${name}`.length)}`, message: p.message.split(name).join(`keys[${i}]`) };
+      }
+    }
+    return p;
+  });
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

@@ -123,7 +123,10 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       let tenant: string;
       let limits: ResolvedLimits;
       if (!who) {
-        const range = networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops));
+        // An unparseable forwarded address falls back to the socket peer, never to one shared bucket.
+        const range =
+          networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops)) ??
+          networkRange(req.socket?.remoteAddress);
         keyId = hasher.hash(`anonymous\u0000${range ?? 'unknown'}\u0000${routeClass}`);
         tenant = ANONYMOUS;
         limits = policy.anonymousLimitsFor(routeClass);

@@ -77,7 +77,8 @@ describe('demo server process (npm start)', () => {
     writeFileSync(file, JSON.stringify(good));
     const run = spawnSync(process.execPath, [SERVER], { env: { ...process.env, PORT: '0', POLICY_FILE: file }, encoding: 'utf8', timeout: 10_000 });
     expect(run.status).to.equal(1);
-    expect(run.stderr).to.include('demoKeys.demo-free.plan: unknown plan "platinum"');
+    expect(run.stderr).to.include('demoKeys[0].plan: unknown plan "platinum"');
+    expect(run.stderr).to.not.include('demo-free');
     expect(run.stderr).to.include('policy.plans.free.windows.0.limit');
   });
 });

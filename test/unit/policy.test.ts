@@ -85,7 +85,11 @@ describe('policy model and validation', () => {
     });
   }
 
-  it('never echoes a raw key found where a key id belongs', () => {
-    expect(problemsOf(demoPolicy({ keys: { sk_live_secret_123: { plan: 'pro' } } })).join(' ')).to.not.include('sk_live_secret_123');
+  it('never echoes a raw key found where a key id belongs, whatever else is wrong with its entry', () => {
+    const problems = problemsOf(
+      demoPolicy({ keys: { [keyId]: { plan: 'pro' }, sk_live_secret_123: { plan: 'gold' }, sk_live_other: { windows: [{ name: 'w', limit: -1, windowMs: 1000 }] } } }),
+    );
+    expect(problems.join(' ')).to.not.include('sk_live');
+    expect(problems).to.include.members(['keys[1].plan: unknown plan "gold"', 'keys[2].windows.0.limit: must be greater than or equal to 1']);
   });
 });
