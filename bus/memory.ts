@@ -56,6 +56,7 @@ export class MemoryBus implements Bus {
   private readonly nodes = new Map<string, NodeEntry>();
   private readonly owners = new Map<string, CreditOwner>();
   private readonly ownerOfShard: string[] = [];
+  private readonly epochs: number[] = [];
   /** lastHeard.get(owner).get(node): monotonic ms of the last heartbeat that reached the owner. */
   private readonly lastHeard = new Map<string, Map<string, number>>();
   private readonly rejoinedAt = new Map<string, Map<string, number>>();
@@ -86,12 +87,7 @@ export class MemoryBus implements Bus {
       this.lastHeard.set(node.nodeId, new Map([...this.nodes.keys()].map((n) => [n, now])));
       this.rejoinedAt.set(node.nodeId, new Map());
     }
-    this.assignShards();
-    const replay: LogEntry[] = [];
-    for (let s = 0; s < this.opts.shards; s++) {
-      if (this.ownerOfShard[s] === node.nodeId) for (const e of this.logs[s] ?? []) replay.push(e.entry);
-    }
-    if (replay.length) owner.replay(replay);
+    this.assignShards(node.nodeId);
   }
 
   fleetView(node: NodeIdentity): FleetView {
@@ -113,9 +109,8 @@ export class MemoryBus implements Bus {
     };
   }
 
-  ownerEpoch(): number {
-    // Owners are assigned once per process set; moving a shard with fencing is the cluster bus's job.
-    return 1;
+  ownerEpoch(shard: number): number {
+    return this.epochs[shard] ?? 1;
   }
 
   fleetSize(): number {
@@ -126,9 +121,15 @@ export class MemoryBus implements Bus {
     this.closed = true;
   }
 
-  private assignShards(): void {
+  /**
+   * Rendezvous hashing of shards over the owners. A shard that changes hands gets a higher fencing
+   * epoch, and its new owner (or the same node's new process) folds the shard's retained log first.
+   */
+  private assignShards(changed?: string): void {
     const ids = [...this.owners.keys()];
+    const replay = new Map<string, LogEntry[]>();
     for (let s = 0; s < this.opts.shards; s++) {
+      const before = this.ownerOfShard[s];
       let best = ids[0]!;
       let bestScore = -1;
       for (const id of ids) {
@@ -139,7 +140,14 @@ export class MemoryBus implements Bus {
         }
       }
       this.ownerOfShard[s] = best;
+      if (before !== best || best === changed) {
+        this.epochs[s] = (this.epochs[s] ?? 0) + 1;
+        const entries = replay.get(best) ?? [];
+        for (const e of this.logs[s] ?? []) entries.push(e.entry);
+        replay.set(best, entries);
+      }
     }
+    for (const [id, entries] of replay) if (entries.length) this.owners.get(id)!.replay(entries);
   }
 
   private reachable(from: string, shard: number): boolean {

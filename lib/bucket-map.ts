@@ -5,8 +5,12 @@ import { phaseOffset } from './window.js';
 /** All buckets of one key: one per window of its limits. */
 export class Subject {
   readonly buckets: Bucket[];
-  /** Round in which this subject was last touched (for the round's report). */
+  /** Round in which this subject last saw a request. */
   touchedRound = -1;
+  /** On the node's list of subjects to report this round. */
+  listed = false;
+  /** Dropped from the map (its final report is already queued). */
+  evicted = false;
 
   /**
    * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;
@@ -61,7 +65,15 @@ export class BucketMap {
 
   private leases = 0;
 
-  constructor(readonly maxBuckets: number) {}
+  /**
+   * @param maxBuckets the cap
+   * @param release gives a subject's unspent credit back before it is evicted under pressure (the node
+   *   reports it to the owner); without it, only empty or past-window subjects are ever evicted
+   */
+  constructor(
+    readonly maxBuckets: number,
+    private readonly release?: (subject: Subject) => void,
+  ) {}
 
   /** Number of buckets held. */
   get size(): number {
@@ -119,6 +131,19 @@ export class BucketMap {
       } else {
         // Still holds credit: give it another pass at the young end instead of scanning it again.
         this.map.set(keyId, subject);
+      }
+    }
+    // Still full of keys holding credit: the least recently used ones not seen this round give their
+    // credit back (so they hold none, as D4 requires) and go.
+    if (this.release !== undefined && this.bucketCount + adding > this.maxBuckets) {
+      scanned = 0;
+      for (const [keyId, subject] of this.map) {
+        if (scanned++ >= EVICTION_SCAN || this.bucketCount + adding <= this.maxBuckets) break;
+        if (subject.touchedRound === round) continue;
+        this.release(subject);
+        this.map.delete(keyId);
+        this.bucketCount -= subject.buckets.length;
+        this.evictions++;
       }
     }
     if (this.bucketCount + adding > this.maxBuckets) this.overCap++;

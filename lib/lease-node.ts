@@ -89,6 +89,8 @@ export class LeaseNode {
   readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0 };
   private roundNo = 0;
   private touched: Subject[] = [];
+  /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
+  private evicted: Array<{ shard: number; report: Report }> = [];
   /** Monotonic time of the last sign of life from each shard's owner. */
   private readonly contact: Float64Array;
   /** Highest owner epoch heard from for each shard: fencing against a deposed owner. */
@@ -99,7 +101,7 @@ export class LeaseNode {
     private readonly clock: Clock,
     private readonly link: OwnerLink,
   ) {
-    this.buckets = new BucketMap(cfg.maxBuckets);
+    this.buckets = new BucketMap(cfg.maxBuckets, (s) => this.releaseAll(s));
     this.contact = new Float64Array(cfg.shards).fill(clock.monotonic());
     this.ownerEpochs = new Float64Array(cfg.shards);
   }
@@ -211,7 +213,14 @@ export class LeaseNode {
     for (let s = 0; s < this.cfg.shards; s++) if (this.link.reachable(s)) this.contact[s] = mono;
     this.link.heartbeat();
     const byShard = new Map<number, Report[]>();
+    for (const { shard, report } of this.evicted) {
+      const list = byShard.get(shard);
+      if (list === undefined) byShard.set(shard, [report]);
+      else list.push(report);
+    }
+    this.evicted = [];
     for (const s of this.touched) {
+      if (s.evicted) continue;
       s.limits.windows.forEach((w, i) => {
         const b = s.buckets[i] as Bucket;
         const idle = b.roundDemand === 0 && !b.dirty;
@@ -231,8 +240,7 @@ export class LeaseNode {
     for (const batch of batches) this.link.publish(batch);
     this.stats.reports += batches.length;
     // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
-    this.touched = this.touched.filter((s) => s.buckets.some((b) => (b.rate >= 0.01 || b.dirty) && b.windowEnd > now));
-    for (const s of this.touched) s.touchedRound = this.roundNo + 1;
+    this.touched = this.touched.filter((s) => (s.listed = !s.evicted && s.buckets.some((b) => (b.rate >= 0.01 || b.dirty) && b.windowEnd > now)));
     this.roundNo++;
     return batches;
   }
@@ -255,9 +263,22 @@ export class LeaseNode {
     };
   }
 
+  /** Gives back every bit of unspent credit of a subject about to be evicted, and queues its report. */
+  private releaseAll(subject: Subject): void {
+    const now = this.clock.now();
+    subject.evicted = true;
+    subject.limits.windows.forEach((w, i) => {
+      const b = subject.buckets[i] as Bucket;
+      if (b.windowEnd <= now) return;
+      if (b.credit > 0) b.released += b.credit;
+      this.evicted.push({ shard: shardOf(subject.keyId, b.windowId, this.cfg.shards), report: this.report(subject.keyId, w.windowMs, w.limit, b) });
+    });
+  }
+
   private touch(subject: Subject): void {
-    if (subject.touchedRound !== this.roundNo) {
-      subject.touchedRound = this.roundNo;
+    subject.touchedRound = this.roundNo;
+    if (!subject.listed) {
+      subject.listed = true;
       this.touched.push(subject);
     }
   }

@@ -195,7 +195,7 @@ describe('rateLimiter middleware', () => {
       },
       serveOwner: (n, o) => inner.serveOwner(n, o),
       fleetView: (n) => inner.fleetView(n),
-      ownerEpoch: () => inner.ownerEpoch(),
+      ownerEpoch: (s) => inner.ownerEpoch(s),
       fleetSize: () => inner.fleetSize(),
       close: () => inner.close(),
     };

@@ -64,6 +64,17 @@ describe('bucket map: LRU cap that only evicts empty or past buckets (D4)', () =
     expect(map.keys).to.equal(4);
   });
 
+  it('under pressure, gives back the credit of the least recently used key not seen this round and evicts it', () => {
+    const released: string[] = [];
+    const map = new BucketMap(8, (subject) => released.push(subject.keyId));
+    fill(map, 4, 5);
+    map.get('new', hour, now, 1);
+    expect(released).to.deep.equal(['k0']);
+    expect(map.peek('k0')).to.equal(undefined);
+    expect(map.size).to.equal(8);
+    expect(map.overCap).to.equal(0);
+  });
+
   it('keeps a key touched this round (not yet reported) even with zero credit', () => {
     const map = new BucketMap(8);
     fill(map, 4, 0);

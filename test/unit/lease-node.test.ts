@@ -137,6 +137,22 @@ describe('lease node: the decision path', () => {
     expect(r.retryAfterMs).to.be.at.most(25);
   });
 
+  it('evicting under pressure gives the credit back and reports it, so the owner can issue it again', () => {
+    const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 5 }))))(link.answer);
+    const node = new LeaseNode(nodeConfig({ maxBuckets: 4 }), new FakeClock(), link);
+    node.acquire('v1:AAAAAAAAAAAAAAAAAAAAAA', free);
+    node.acquire('v1:BBBBBBBBBBBBBBBBBBBBBB', free);
+    node.endRound();
+    node.acquire('v1:CCCCCCCCCCCCCCCCCCCCCC', free); // over the cap: A (least recently used) goes
+    expect(node.buckets.peek('v1:AAAAAAAAAAAAAAAAAAAAAA')).to.equal(undefined);
+    const reports = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === 'v1:AAAAAAAAAAAAAAAAAAAAAA');
+    expect(reports.map((r) => [r.issued, r.spent, r.released, r.held])).to.deep.equal([
+      [5, 1, 4, 0],
+      [5, 1, 4, 0],
+    ]);
+  });
+
   describe('grants (L4)', () => {
     function setup() {
       const link = new RecordingLink(() => []);
