@@ -94,12 +94,17 @@ export class MemoryBus implements Bus {
     const silenceMs = 2 * this.opts.roundMs;
     return {
       size: () => this.fleetSize(),
-      silent: () => {
+      unsettled: () => {
         const heard = this.lastHeard.get(node.nodeId);
         if (heard === undefined) return [];
-        const limit = this.opts.clock.monotonic() - silenceMs;
+        const now = this.opts.clock.monotonic();
+        const rejoined = this.rejoinedAt.get(node.nodeId)!;
         const out: string[] = [];
-        for (const [n, at] of heard) if (n !== node.nodeId && at <= limit) out.push(n);
+        for (const [n, at] of heard) {
+          if (n === node.nodeId) continue;
+          const back = rejoined.get(n);
+          if (at <= now - silenceMs || (back !== undefined && now - back < this.opts.roundMs)) out.push(n);
+        }
         return out;
       },
       rejoining: (nodeId) => {
@@ -179,6 +184,8 @@ export class MemoryBus implements Bus {
         missed = true;
         continue;
       }
+      // A request is a sign of life too: the owner learns the node is back before it answers.
+      this.heard(ownerId, node.nodeId);
       const g = this.answer(owner, shard, r);
       const back = this.transit(ownerId, node.nodeId);
       const rtt = back === undefined ? Number.POSITIVE_INFINITY : there + back;
@@ -225,14 +232,20 @@ export class MemoryBus implements Bus {
   /** A node's round is its heartbeat to every owner it can reach. */
   private heartbeat(nodeId: string): void {
     if (this.closed) return;
-    const now = this.opts.clock.monotonic();
-    for (const [ownerId, heard] of this.lastHeard) {
-      if (ownerId !== nodeId && this.opts.faults?.blocked(nodeId, ownerId)) continue;
-      const prev = heard.get(nodeId);
-      // An owner's own node is never "absent" from it: same process.
-      if (ownerId !== nodeId && prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
-      heard.set(nodeId, now);
+    for (const ownerId of this.lastHeard.keys()) {
+      if (ownerId === nodeId || !this.opts.faults?.blocked(nodeId, ownerId)) this.heard(ownerId, nodeId);
     }
+  }
+
+  /** Owner `ownerId` hears from `nodeId`; after two silent rounds that is a return (L5). */
+  private heard(ownerId: string, nodeId: string): void {
+    const heard = this.lastHeard.get(ownerId);
+    if (heard === undefined) return;
+    const now = this.opts.clock.monotonic();
+    const prev = heard.get(nodeId);
+    // An owner's own node is never "absent" from it: same process.
+    if (ownerId !== nodeId && prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
+    heard.set(nodeId, now);
   }
 
   /** Sends an owner's message to its node; grants also go to the shard's log. */

@@ -8,8 +8,11 @@ import { phaseOffset, windowEndMs } from './window.js';
 export interface FleetView {
   /** Number of members (live or silent, not yet expired). */
   size(): number;
-  /** Members not heard from for two rounds or more: they may self-grant at a boundary (F4). */
-  silent(): readonly string[];
+  /**
+   * Members whose boundary self-grant (F4) the owner may not have heard of yet: silent for two rounds
+   * or more, or back less than a round ago (their first reports may still be on the way).
+   */
+  unsettled(): readonly string[];
   /** Whether `nodeId` reappeared less than a round ago: no grants to it yet (L5). */
   rejoining(nodeId: string): boolean;
 }
@@ -41,8 +44,11 @@ interface Lease {
   released: number;
   seq: number;
   demand: number;
-  /** Round (owner clock) of the last recall or exhaustion notice, to send at most one per round. */
+  /** Round (owner clock) of the last recall, to send at most one per round. */
   noticeAt: number;
+  /** Round of the last exhaustion notice, and of the last grant (a grant clears the node's flag). */
+  exhaustedAt: number;
+  grantedAt: number;
 }
 
 /** The owner's account of one (key id, window id). */
@@ -80,7 +86,7 @@ export interface FoldOwnerStats {
  * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit. It
  * merges reports by (key, window, node epoch, lease) — max seq wins inside a lease, leases and epochs
  * add up — and never lets committed credit (issued + self-granted − released) pass the allowance (L2).
- * It sizes grants from demand × h, tops up each round, pre-grants the next window, recalls idle
+ * It sizes grants from demand × h, tops up each round (and ahead of a rollover), recalls idle
  * credit when the pool runs dry, holds back 1/fleet for every silent node (its possible boundary
  * self-grant), and withholds grants from rejoining or self-granting nodes for a round (L5, F4).
  * Pure: no timers, no I/O; messages for other nodes collect in an outbox the bus drains.
@@ -100,7 +106,10 @@ export class FoldOwner {
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     lease.spent = Math.max(lease.spent, req.spent);
+    lease.selfIssued = Math.max(lease.selfIssued, req.selfIssued);
+    lease.released = Math.max(lease.released, req.released);
     lease.demand = Math.max(lease.demand, req.demand);
+    this.noteSelfGrant(req.nodeId, req.selfIssued > 0);
     if (this.withheld(req.nodeId)) return undefined;
     const pool = this.available(ledger, false);
     // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
@@ -124,19 +133,21 @@ export class FoldOwner {
 
   /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
   onReports(batch: ReportBatch): OwnerMessage[] {
-    const now = this.cfg.clock.now();
     for (const r of batch.reports) {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
       if (r.demand <= 0 || this.withheld(batch.nodeId)) continue;
       const target = Math.ceil(r.demand * this.cfg.headroom);
+      // A report for a window that has not started is a node asking ahead of its rollover: the grant
+      // lands as the next window's credit, so busy keys never start a window on the fast path.
       if (held(lease) < target) {
         const amount = Math.min(target - held(lease), this.available(ledger, false));
-        if (amount > 0) this.outbox.push(this.issue(ledger, lease, amount));
-        else this.recall(ledger, lease);
+        if (amount > 0) {
+          this.outbox.push(this.issue(ledger, lease, amount));
+          if (lease.spent === 0 && lease.grantSeq === 1 && r.spent === 0) this.stats.preGrants++;
+        } else this.recall(ledger, lease);
       }
-      if (ledger.windowEnd - now <= 2 * this.cfg.roundMs) this.preGrant(ledger, batch.nodeId, batch.nodeEpoch, r, target);
     }
     return this.takeOutbox();
   }
@@ -181,8 +192,8 @@ export class FoldOwner {
       if (live.length === 0) this.ledgers.delete(keyId);
       else if (live.length !== list.length) this.ledgers.set(keyId, live);
     }
-    const silent = new Set(this.cfg.fleet.silent());
-    for (const [node, at] of this.selfGrantSeen) if (!silent.has(node) && at + 60_000 < this.cfg.clock.monotonic()) this.selfGrantSeen.delete(node);
+    const unsettled = new Set(this.cfg.fleet.unsettled());
+    for (const [node, at] of this.selfGrantSeen) if (!unsettled.has(node) && at + 60_000 < this.cfg.clock.monotonic()) this.selfGrantSeen.delete(node);
   }
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */
@@ -228,26 +239,20 @@ export class FoldOwner {
     lease.selfIssued = Math.max(lease.selfIssued, r.selfIssued);
     lease.released = Math.max(lease.released, r.released);
     lease.demand = r.demand;
-    if (r.selfGrant && !this.selfGrantSeen.has(nodeId)) this.selfGrantSeen.set(nodeId, this.cfg.clock.monotonic());
+    this.noteSelfGrant(nodeId, r.selfGrant);
     this.stats.reportsMerged++;
     return true;
   }
 
-  /** Grants the next window ahead of the rollover, so busy keys never start a window on the fast path. */
-  private preGrant(current: Ledger, nodeId: string, nodeEpoch: string, r: Report, target: number): void {
-    const next = this.ledgerFor(current.keyId, current.windowId + 1, current.windowMs, r.limit);
-    const lease = this.leaseFor(next, nodeId, nodeEpoch, r.lease);
-    if (lease.issued > 0) return;
-    const amount = Math.min(target, this.available(next, false));
-    if (amount > 0) {
-      this.outbox.push(this.issue(next, lease, amount));
-      this.stats.preGrants++;
-    }
+  /** The first time a node's self_grant flag is seen, grants to it are withheld for a round (F4). */
+  private noteSelfGrant(nodeId: string, flagged: boolean): void {
+    if (flagged && !this.selfGrantSeen.has(nodeId)) this.selfGrantSeen.set(nodeId, this.cfg.clock.monotonic());
   }
 
   /**
    * The pool is dry for `asking`: ask leases holding more than their own demand needs to give the
-   * surplus back; if none has any, tell `asking` the window is exhausted so it stops asking.
+   * surplus back. If none has any and even the reserve is gone, tell every lease of the window that
+   * it is exhausted, so none of them spends a fast path on asking again.
    */
   private recall(l: Ledger, asking: Lease): void {
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
@@ -262,10 +267,13 @@ export class FoldOwner {
         recalled = true;
       }
     }
-    // Exhausted only when even the reserve is gone: until then the fast path may still draw on it.
-    if (!recalled && held(asking) <= 0 && asking.noticeAt !== round && this.available(l, true) === 0) {
-      asking.noticeAt = round;
-      this.outbox.push(this.adjust(l, asking, -1, true));
+    if (recalled || this.available(l, true) > 0) return;
+    for (const lease of l.leases) {
+      if (lease.noticeAt === round || lease.exhaustedAt === round) continue;
+      // One notice per lease until something changes (a grant clears the node's flag).
+      if (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt) continue;
+      lease.exhaustedAt = round;
+      this.outbox.push(this.adjust(l, lease, -1, true));
       this.stats.exhaustedNotices++;
     }
   }
@@ -292,6 +300,7 @@ export class FoldOwner {
     }
     lease.issued += amount;
     lease.grantSeq++;
+    lease.grantedAt = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     this.stats.grants++;
     return this.restate(ledger, lease);
   }
@@ -313,14 +322,14 @@ export class FoldOwner {
   }
 
   /**
-   * What can still be issued: the allowance less committed credit, less 1/fleet for every silent node
-   * that has no lease here (what it may grant itself at this window's boundary), less the reserve
-   * unless `withReserve`.
+   * What can still be issued: the allowance less committed credit, less 1/fleet for every unsettled
+   * node (silent, or just back) that has no lease here — what it may have granted itself at this
+   * window's boundary — less the reserve unless `withReserve`.
    */
   private available(l: Ledger, withReserve: boolean): number {
     const fleet = Math.max(1, this.cfg.fleet.size());
     let holdback = 0;
-    for (const node of this.cfg.fleet.silent()) {
+    for (const node of this.cfg.fleet.unsettled()) {
       if (!l.leases.some((lease) => lease.nodeId === node)) holdback += Math.ceil(l.allowance / fleet);
     }
     // Credit already committed into the reserve (seen on replay) means the reserve is gone.
@@ -356,7 +365,7 @@ export class FoldOwner {
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
     for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
-    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1 };
+    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1 };
     // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
     if (l.leases.length === 0) l.leases = [lease];
     else l.leases.push(lease);

@@ -201,7 +201,8 @@ export class LeaseNode {
       const s = this.buckets.peek(a.keyId);
       if (s !== undefined) this.touch(s);
     }
-    if (a.exhausted && b.credit <= 0) b.exhausted = true;
+    // Exhausted: when what is held runs out, deny without asking (until a grant says otherwise).
+    if (a.exhausted) b.exhausted = true;
     this.stats.adjustsApplied++;
     return true;
   }
@@ -213,11 +214,7 @@ export class LeaseNode {
     for (let s = 0; s < this.cfg.shards; s++) if (this.link.reachable(s)) this.contact[s] = mono;
     this.link.heartbeat();
     const byShard = new Map<number, Report[]>();
-    for (const { shard, report } of this.evicted) {
-      const list = byShard.get(shard);
-      if (list === undefined) byShard.set(shard, [report]);
-      else list.push(report);
-    }
+    for (const { shard, report } of this.evicted) this.queue(byShard, shard, report);
     this.evicted = [];
     for (const s of this.touched) {
       if (s.evicted) continue;
@@ -227,10 +224,11 @@ export class LeaseNode {
         b.rate = b.rate * 0.5 + b.roundDemand * 0.5;
         // Quiet buckets fade out of the reports; a bucket of an ended window has nothing to say.
         if ((idle && b.rate < 0.01) || b.windowEnd <= now) return;
-        const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
-        let list = byShard.get(shard);
-        if (list === undefined) byShard.set(shard, (list = []));
-        list.push(this.report(s.keyId, w.windowMs, w.limit, b));
+        this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+        // Ask the next window's owner (another shard) for credit ahead of the rollover.
+        if (b.windowEnd - now <= 2 * this.cfg.roundMs && b.rate >= 0.01) {
+          this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
+        }
         b.roundDemand = 0;
         b.dirty = false;
       });
@@ -243,6 +241,32 @@ export class LeaseNode {
     this.touched = this.touched.filter((s) => (s.listed = !s.evicted && s.buckets.some((b) => (b.rate >= 0.01 || b.dirty) && b.windowEnd > now)));
     this.roundNo++;
     return batches;
+  }
+
+  private queue(byShard: Map<number, Report[]>, shard: number, report: Report): void {
+    const list = byShard.get(shard);
+    if (list === undefined) byShard.set(shard, [report]);
+    else list.push(report);
+  }
+
+  /** The report for the window after the bucket's current one: nothing spent yet, the current demand. */
+  private nextReport(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
+    const next = b.nextWindowId === b.windowId + 1;
+    return {
+      keyId,
+      windowId: b.windowId + 1,
+      windowMs,
+      limit,
+      lease: b.lease,
+      seq: this.roundNo,
+      spent: 0,
+      issued: next ? b.nextIssued : 0,
+      selfIssued: 0,
+      released: 0,
+      demand: this.demandOf(b),
+      held: next ? b.nextIssued : 0,
+      selfGrant: false,
+    };
   }
 
   private report(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
@@ -338,6 +362,8 @@ export class LeaseNode {
         nodeEpoch: this.cfg.nodeEpoch,
         lease: b.lease,
         spent: b.spent,
+        selfIssued: b.selfIssued,
+        released: b.released,
         need: cost - b.credit,
         demand: Math.max(cost, this.demandOf(b)),
         fastPath: true,

@@ -6,17 +6,13 @@ import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
-import { FoldOwner } from '../lib/fold-owner.js';
 import { KeyHasher } from '../lib/key-id.js';
-import { LeaseNode, type Acquired } from '../lib/lease-node.js';
-import { shardOf } from '../lib/protocol/messages.js';
+import type { Acquired, LeaseNode } from '../lib/lease-node.js';
+import { joinFleet } from '../bus/member.js';
 import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
 import { correlationIdOf, sendProblem } from './responses.js';
-
-/** Rounds of demand a node asks for: a grant must last until the next round's top-up lands. */
-const DEMAND_ROUNDS = 3;
 
 /** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
 const ANONYMOUS = '\u0000anonymous';
@@ -61,13 +57,10 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   const nodeEpoch = randomUUID();
-  const identity = { nodeId: cfg.nodeId, nodeEpoch };
   const ownBus = cfg.bus === undefined;
   const bus = cfg.bus ?? new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock });
-  // The node is created before it is connected so that grants can be delivered to it.
-  let node: LeaseNode;
-  const link = bus.connectNode(identity, (m) => node.onMessage(m));
-  node = new LeaseNode(
+  const { node, owner } = joinFleet(
+    bus,
     {
       nodeId: cfg.nodeId,
       nodeEpoch,
@@ -75,23 +68,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       maxBuckets: cfg.maxBuckets,
       roundMs: cfg.roundMs,
       fastPathDeadlineMs: cfg.fastPathDeadlineMs,
-      demandRounds: DEMAND_ROUNDS,
-      missedRoundsLimit: 2,
+      headroom: cfg.headroom,
+      reserveRatio: cfg.reserveRatio,
       degradedAfterMs: cfg.degradedAfterMs,
     },
     clock,
-    link,
   );
-  const owner = new FoldOwner({
-    ownerEpoch: (shard) => bus.ownerEpoch(shard),
-    shardOf: (keyId, windowId) => shardOf(keyId, windowId, cfg.shards),
-    headroom: cfg.headroom,
-    reserveRatio: cfg.reserveRatio,
-    roundMs: cfg.roundMs,
-    fleet: bus.fleetView(identity),
-    clock,
-  });
-  bus.serveOwner(identity, owner);
   const capacity = new AdmissionCapacity(clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0 };
   let policy = cfg.policy;

@@ -72,12 +72,12 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
     return n;
   });
   const owner = await measure('owner ledgers', windowsMs, buckets, async () => {
-    const fleet = { size: () => 1, silent: () => [], rejoining: () => false };
+    const fleet = { size: () => 1, unsettled: () => [], rejoining: () => false };
     const o = new FoldOwner({ ownerEpoch: () => 1, shardOf: (k, w) => shardOf(k, w, 64), headroom: 1.25, reserveRatio: 0.02, roundMs: 25, fleet, clock: systemClock });
     const now = Date.now();
     for (const k of keyIds) {
       for (const windowMs of windowsMs) {
-        o.onCreditRequest({ keyId: k, windowId: Math.floor(now / windowMs), windowMs, limit: 1000, nodeId: 'bench', nodeEpoch: 'bench-1', lease: 1, spent: 0, need: 1, demand: 1, fastPath: true });
+        o.onCreditRequest({ keyId: k, windowId: Math.floor(now / windowMs), windowMs, limit: 1000, nodeId: 'bench', nodeEpoch: 'bench-1', lease: 1, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true });
       }
     }
     return o;

@@ -19,6 +19,9 @@ export interface CreditRequest {
   readonly lease: number;
   /** Cumulative admissions on this lease (fresher than the last report). */
   readonly spent: number;
+  /** Boundary self-grant (F4) and released credit of this lease, as in a report. */
+  readonly selfIssued: number;
+  readonly released: number;
   /** Credit needed now to admit the waiting request. */
   readonly need: number;
   /** Requests the node expects for this bucket over the next rounds. */

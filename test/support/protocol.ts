@@ -27,8 +27,8 @@ export class FixedFleet implements FleetView {
   size(): number {
     return this.members;
   }
-  silent(): readonly string[] {
-    return this.silentNodes;
+  unsettled(): readonly string[] {
+    return [...this.silentNodes, ...this.rejoiningNodes];
   }
   rejoining(nodeId: string): boolean {
     return this.rejoiningNodes.has(nodeId);

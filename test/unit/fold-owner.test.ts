@@ -15,7 +15,7 @@ function owner(fleet = 4, reserveRatio = 0.02): FoldOwner {
 }
 
 function req(node: string, need: number, demand: number, fastPath = true, limit = 1000): CreditRequest {
-  return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, need, demand, fastPath };
+  return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need, demand, fastPath };
 }
 
 function batch(node: string, epoch: string, seq: number, spent: number, demand = 0, limit = 1000): ReportBatch {

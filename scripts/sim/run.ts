@@ -1,0 +1,248 @@
+import { MemoryBus } from '../../bus/memory.js';
+import { joinFleet } from '../../bus/member.js';
+import type { FoldOwner } from '../../lib/fold-owner.js';
+import type { LeaseNode } from '../../lib/lease-node.js';
+import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { phaseOffset, windowIdAt, windowStartMs } from '../../lib/window.js';
+import { EventQueue, nextArrival, seededRandom } from './queue.js';
+import type { KeyTraffic, Scenario } from './scenarios.js';
+
+/** Settings of one simulated run. */
+export interface SimOptions {
+  readonly nodes: number;
+  readonly seed: number;
+  readonly durationMs: number;
+  readonly windowMs: number;
+  readonly roundMs: number;
+  /** One-way bus latency and its jitter, ms. */
+  readonly latencyMs: number;
+  readonly jitterMs: number;
+  readonly shards: number;
+}
+
+/** What one run measured. Percentages are of the allowance summed over the evaluated windows. */
+export interface SimResult {
+  scenario: string;
+  nodes: number;
+  seed: number;
+  windowMs: number;
+  windows: number;
+  allowance: number;
+  offered: number;
+  admitted: number;
+  overPct: number;
+  underPct: number;
+  fastPathPct: number;
+  fastPathRttP50Ms: number | null;
+  fastPathRttP99Ms: number | null;
+  maxOutstandingRatio: number;
+  selfGrants: number;
+  messagesPerNodePerSec: number;
+  invariantViolations: number;
+}
+
+const START = 1_800_000_000_000;
+/** Windows that started before this much of the run are warm-up and not counted. */
+const WARMUP_MS = 2000;
+
+interface Member {
+  node: LeaseNode;
+  owner: FoldOwner;
+}
+
+/** Runs `scenario` on a fleet of `opts.nodes` members in one process, on a virtual clock. */
+export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
+  const random = seededRandom(opts.seed);
+  const queue = new EventQueue(START);
+  const clock = queue.clock;
+  const isolated = new Set<string>();
+  const drained = new Set<number>();
+  const bus = new MemoryBus({
+    shards: opts.shards,
+    roundMs: opts.roundMs,
+    clock,
+    scheduler: queue,
+    random,
+    logRetentionMs: 2 * opts.windowMs + 4 * opts.roundMs,
+    faults: {
+      latencyMs: opts.latencyMs,
+      jitterMs: opts.jitterMs,
+      loss: scenario.loss ?? 0,
+      duplicate: scenario.duplicate ?? 0,
+      reorderMs: scenario.reorderMs ?? 0,
+      blocked: (from, to) => from !== to && (isolated.has(from) || isolated.has(to)),
+    },
+  });
+  const settings = (i: number, epoch: number) => ({
+    nodeId: `n${i}`,
+    nodeEpoch: `n${i}-e${epoch}`,
+    shards: opts.shards,
+    maxBuckets: 50_000,
+    roundMs: opts.roundMs,
+    fastPathDeadlineMs: 1,
+    headroom: 1.25,
+    reserveRatio: 0.02,
+    degradedAfterMs: 30_000,
+  });
+  const members: Member[] = [];
+  for (let i = 0; i < opts.nodes; i++) members.push(joinFleet(bus, settings(i, 1), clock));
+  const retired: Member[] = [];
+
+  // Rounds: every node every T, at its own phase.
+  for (let i = 0; i < opts.nodes; i++) {
+    const tick = (): void => {
+      members[i]!.node.endRound();
+      if (members[i]!.node.round % 40 === 0) members[i]!.owner.sweep(clock.now());
+      queue.after(opts.roundMs, tick);
+    };
+    queue.after(random() * opts.roundMs, tick);
+  }
+
+  // Faults.
+  for (const iso of scenario.isolations ?? []) {
+    queue.at(START + iso.fromMs, () => {
+      isolated.add(`n${iso.node}`);
+      if (iso.drained) drained.add(iso.node);
+    });
+    queue.at(START + iso.toMs, () => {
+      isolated.delete(`n${iso.node}`);
+      drained.delete(iso.node);
+    });
+  }
+  for (const r of scenario.restarts ?? []) {
+    queue.at(START + r.atMs, () => {
+      isolated.add(`n${r.node}`);
+      drained.add(r.node);
+    });
+    queue.at(START + r.atMs + r.downMs, () => {
+      retired.push(members[r.node]!);
+      members[r.node] = joinFleet(bus, settings(r.node, 2), clock);
+      isolated.delete(`n${r.node}`);
+      drained.delete(r.node);
+    });
+  }
+
+  // Traffic and accounting.
+  const traffic = scenario.keys(opts.nodes, random);
+  const limits = compileLimits(traffic, opts.windowMs);
+  const keyIds = traffic.map((_, i) => `v1:sim${String(i).padStart(19, '0')}`);
+  const offsets = keyIds.map((k) => phaseOffset(k, opts.windowMs));
+  const counts = traffic.map(() => new Map<number, { offered: number; admitted: number }>());
+  let offered = 0;
+  let invariantViolations = 0;
+  const pickNode = (t: KeyTraffic): number => {
+    if (t.pinnedNode !== undefined && !drained.has(t.pinnedNode)) return t.pinnedNode;
+    for (;;) {
+      const n = Math.floor(random() * opts.nodes);
+      if (!drained.has(n)) return n;
+    }
+  };
+  traffic.forEach((t, k) => {
+    const arrive = (): void => {
+      const now = clock.now();
+      if (t.burst !== undefined) {
+        const into = (((now - START - t.burst.phaseMs) % t.burst.periodMs) + t.burst.periodMs) % t.burst.periodMs;
+        if (into >= t.burst.onMs) {
+          queue.after(t.burst.periodMs - into, arrive);
+          return;
+        }
+      }
+      const wid = windowIdAt(now, opts.windowMs, offsets[k]!);
+      let c = counts[k]!.get(wid);
+      if (c === undefined) counts[k]!.set(wid, (c = { offered: 0, admitted: 0 }));
+      c.offered++;
+      offered++;
+      try {
+        const r = members[pickNode(t)]!.node.acquire(keyIds[k]!, limits[k]!);
+        if (r instanceof Promise) throw new Error('the simulated bus answers synchronously');
+        if (r.admitted) c.admitted++;
+      } catch (err) {
+        if ((err as Error).name === 'InvariantViolation') invariantViolations++;
+        else throw err;
+      }
+      queue.after(nextArrival(random, t.rate), arrive);
+    };
+    queue.after(nextArrival(random, t.rate), arrive);
+  });
+
+  // Outstanding credit, sampled each round for the evaluated keys: admitted so far in the key's
+  // current window plus everything nodes still hold for it, over the allowance (what L2 bounds).
+  let maxOutstanding = 0;
+  const evaluated = traffic.map((t, k) => (t.evaluated ? k : -1)).filter((k) => k >= 0);
+  const sample = (): void => {
+    const now = clock.now();
+    for (const k of evaluated) {
+      const wid = windowIdAt(now, opts.windowMs, offsets[k]!);
+      let committed = counts[k]!.get(wid)?.admitted ?? 0;
+      for (const m of members) {
+        const b = m.node.buckets.peek(keyIds[k]!)?.buckets[0];
+        if (b !== undefined && b.windowId === wid && b.credit > 0) committed += b.credit;
+      }
+      maxOutstanding = Math.max(maxOutstanding, committed / traffic[k]!.limit);
+    }
+    queue.after(opts.roundMs, sample);
+  };
+  queue.after(opts.roundMs / 2, sample);
+
+  // Fast-path use is a steady-state figure: count from the end of the warm-up.
+  let fastPathAtWarmup = 0;
+  let offeredAtWarmup = 0;
+  queue.at(START + WARMUP_MS, () => {
+    fastPathAtWarmup = members.reduce((n, m) => n + m.node.stats.fastPath, 0);
+    offeredAtWarmup = offered;
+  });
+  queue.runUntil(START + opts.durationMs);
+
+  // Accuracy over the complete windows after the warm-up.
+  let allowance = 0;
+  let admitted = 0;
+  let over = 0;
+  let under = 0;
+  let windows = 0;
+  let evalOffered = 0;
+  for (const k of evaluated) {
+    for (const [wid, c] of counts[k]!) {
+      const start = windowStartMs(wid, opts.windowMs, offsets[k]!);
+      if (start < START + WARMUP_MS || start + opts.windowMs > START + opts.durationMs) continue;
+      const limit = traffic[k]!.limit;
+      windows++;
+      allowance += limit;
+      admitted += c.admitted;
+      evalOffered += c.offered;
+      over += Math.max(0, c.admitted - limit);
+      under += Math.max(0, Math.min(c.offered, limit) - c.admitted);
+    }
+  }
+  const all = [...members, ...retired];
+  const fastPath = all.reduce((n, m) => n + m.node.stats.fastPath, 0);
+  const rtts = [...bus.stats.fastPathRttMs].sort((a, b) => a - b);
+  const pct = (x: number): number => Math.round(x * 10_000) / 10_000;
+  return {
+    scenario: scenario.name,
+    nodes: opts.nodes,
+    seed: opts.seed,
+    windowMs: opts.windowMs,
+    windows,
+    allowance,
+    offered: evalOffered,
+    admitted,
+    overPct: pct((100 * over) / Math.max(1, allowance)),
+    underPct: pct((100 * under) / Math.max(1, allowance)),
+    fastPathPct: pct((100 * (fastPath - fastPathAtWarmup)) / Math.max(1, offered - offeredAtWarmup)),
+    fastPathRttP50Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.5)]!) : null,
+    fastPathRttP99Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.99)]!) : null,
+    maxOutstandingRatio: pct(maxOutstanding),
+    selfGrants: all.reduce((n, m) => n + m.node.stats.selfGrants, 0),
+    messagesPerNodePerSec: Math.round(bus.stats.messages / opts.nodes / (opts.durationMs / 1000)),
+    invariantViolations,
+  };
+}
+
+/** One single-window plan per distinct limit, resolved once. */
+function compileLimits(traffic: readonly KeyTraffic[], windowMs: number): ResolvedLimits[] {
+  const distinct = [...new Set(traffic.map((t) => t.limit))];
+  const plans = Object.fromEntries(distinct.map((l) => [`p${l}`, { windows: [{ name: 'w', limit: l, windowMs }] }]));
+  const tenants = Object.fromEntries(distinct.map((l) => [`t${l}`, { plan: `p${l}` }]));
+  const policy = compilePolicy({ version: 1, plans, tenants, defaultPlan: `p${distinct[0]}`, anonymousPlan: `p${distinct[0]}` });
+  return traffic.map((t) => policy.limitsFor('v1:none', `t${t.limit}`));
+}
