@@ -52,7 +52,6 @@ describe('demo server process (npm start)', () => {
       }
       // The 1 s burst window may roll over during the run; then more than 10 are admitted, never fewer.
       const first429 = results.findIndex((r) => r.status === 429);
-      console.log(results.map((r) => r.status));
       expect(first429).to.be.at.least(10);
       if (first429 === 10) {
         expect(results.slice(0, 10).every((r) => r.status === 200)).to.equal(true);

@@ -9,9 +9,9 @@ export class RecordingLink implements OwnerLink {
 
   constructor(public answer: (reqs: readonly CreditRequest[]) => readonly Grant[] | Promise<readonly Grant[] | undefined> = () => []) {}
 
-  requestCredit(requests: readonly CreditRequest[]): readonly Grant[] | Promise<readonly Grant[] | undefined> {
+  requestCredit(requests: readonly CreditRequest[]): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined> {
     this.requests.push([...requests]);
-    return this.answer(requests);
+    return this.up ? this.answer(requests) : undefined;
   }
 
   publish(batch: ReportBatch): void {

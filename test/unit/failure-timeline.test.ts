@@ -1,0 +1,155 @@
+import { expect } from 'chai';
+import { FakeClock } from '../../lib/clock.js';
+import { FoldOwner } from '../../lib/fold-owner.js';
+import { LeaseNode, type Denied } from '../../lib/lease-node.js';
+import { compilePolicy } from '../../lib/policy.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { grantFor, RecordingLink } from '../support/links.js';
+import { FixedFleet, nodeConfig, ownerConfig } from '../support/protocol.js';
+
+const KEY = 'v1:FAILUREFAILUREFAILURE';
+const hourly = compilePolicy({
+  version: 1,
+  defaultPlan: 'p',
+  anonymousPlan: 'p',
+  plans: { p: { windows: [{ name: 'w', limit: 1000, windowMs: 1000 }] } },
+}).limitsFor(KEY, 't');
+const offset = phaseOffset(KEY, 1000);
+
+/** A node whose owner grants `grant` credit per ask while `link.up`; the clock starts mid-window. */
+function setup(grant = 10) {
+  const clock = new FakeClock(1_800_000_000_000);
+  clock.set(windowEndMs(windowIdAt(clock.now(), 1000, offset), 1000, offset) + 100); // 100 ms into a window
+  let issued = 0;
+  let seq = 0;
+  const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, (issued += grant), ++seq)));
+  link.fleet = 20;
+  const node = new LeaseNode(nodeConfig({ degradedAfterMs: 30_000 }), clock, link);
+  const acquire = () => node.acquire(KEY, hourly) as Denied | { admitted: true };
+  const toBoundary = () => clock.set(windowEndMs(windowIdAt(clock.now(), 1000, offset), 1000, offset));
+  return { clock, link, node, acquire, toBoundary, reset: () => ((issued = 0), (seq = 0)) };
+}
+
+describe('failure timeline F1–F5, at its exact boundaries', () => {
+  it('F1: with the owner gone, held credit keeps admitting and nothing waits', () => {
+    const { link, acquire } = setup(10);
+    acquire(); // asks once: 10 credit, 1 spent
+    link.up = false;
+    for (let i = 0; i < 9; i++) expect(acquire()).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(1);
+  });
+
+  it('F2: the fast path is still tried after 49 ms of silence, not after 50 ms (2 rounds)', () => {
+    const { link, acquire, clock, node } = setup(1);
+    acquire(); // the one credit, spent
+    link.up = false;
+    clock.advance(49);
+    node.endRound();
+    acquire(); // asks (and the link, down, answers nothing)
+    expect(link.requests).to.have.length(2);
+    clock.advance(1);
+    node.endRound();
+    const r = acquire() as Denied;
+    expect(r.admitted).to.equal(false);
+    expect(r.unavailable).to.equal(false);
+    expect(link.requests).to.have.length(2); // no ask at 50 ms of silence
+  });
+
+  it('F4: at a window boundary without owner contact, self-grants exactly 1/fleet and flags every later report', () => {
+    const { link, acquire, node, toBoundary, clock } = setup(10);
+    acquire();
+    link.up = false;
+    clock.advance(50);
+    toBoundary();
+    const first = acquire();
+    expect(first).to.deep.equal({ admitted: true });
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    expect(b.selfIssued).to.equal(50); // 1000 / 20
+    expect(b.issued).to.equal(0);
+    expect(node.stats.selfGrants).to.equal(1);
+    for (let i = 0; i < 60; i++) acquire();
+    expect(b.spent).to.equal(50); // never more than the self-grant
+    const reports = [node.endRound(), (clock.advance(25), node.endRound())].flat().flatMap((x) => x.reports);
+    expect(reports.length).to.be.at.least(2);
+    expect(reports.every((r) => r.selfGrant && r.selfIssued === 50)).to.equal(true);
+  });
+
+  it('F4: no self-grant with owner contact (D3: ask instead), nor with a grant already made for the new window', () => {
+    const s = setup(10);
+    s.acquire();
+    s.toBoundary();
+    s.acquire();
+    expect(s.node.buckets.peek(KEY)!.buckets[0]!.selfIssued).to.equal(0);
+    expect(s.node.stats.selfGrants).to.equal(0);
+  });
+
+  it('F5: after 30 s without contact, no self-grant, and an empty bucket is "unavailable" (fail-open or 503)', () => {
+    const { link, acquire, node, clock, toBoundary } = setup(10);
+    acquire();
+    link.up = false;
+    clock.advance(30_000);
+    node.endRound();
+    expect(node.degraded).to.equal(false); // exactly 30 s: not yet
+    clock.advance(1);
+    expect(node.degraded).to.equal(true);
+    toBoundary();
+    const r = acquire() as Denied;
+    expect(node.buckets.peek(KEY)!.buckets[0]!.selfIssued).to.equal(0);
+    expect(r).to.include({ admitted: false, unavailable: true });
+    expect(r.retryAfterMs).to.equal(undefined);
+    link.up = true;
+    node.endRound(); // contact is re-established at the next round
+    expect(node.degraded).to.equal(false);
+  });
+
+  it('L4: a grant from an older owner epoch than one already heard from is rejected', () => {
+    const { link, acquire, node } = setup(1);
+    acquire();
+    const req = link.requests[0]![0]!;
+    expect(node.onMessage({ ...grantFor(req, 5, 9), ownerEpoch: 3 })).to.equal(true);
+    expect(node.onMessage({ ...grantFor(req, 50, 10), ownerEpoch: 2 })).to.equal(false);
+    expect(node.stats.staleOwnerEpoch).to.equal(1);
+    expect(node.buckets.peek(KEY)!.buckets[0]!.issued).to.equal(5);
+  });
+});
+
+describe('owner side of F4 and L5', () => {
+  const W = 1000;
+  const WID = 1_800_000;
+  function owner(fleet: FixedFleet, clock = new FakeClock(WID * W + 100)) {
+    return { clock, o: new FoldOwner(ownerConfig(clock, fleet)) };
+  }
+  const req = (node: string, extra: object = {}) => ({
+    keyId: KEY, windowId: WID, windowMs: W, limit: 1000, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true, ...extra,
+  });
+
+  it('holds back 1/fleet for every silent node without a lease in the window (its possible self-grant)', () => {
+    const fleet = new FixedFleet(20);
+    fleet.silentNodes = ['s1', 's2'];
+    const { o } = owner(fleet);
+    // Pool: 1000 − 20 reserve − 2 × 50 held back = 880; a fleet of 20 shares it, but demand asks for all.
+    expect(o.onCreditRequest(req('a', { demand: 10_000 }))!.issued).to.equal(880);
+    expect(o.onCreditRequest(req('b', { need: 5 }))!.issued).to.equal(5); // the reserve: what it needs
+    expect(o.committed(KEY, W, WID)).to.equal(885); // + 100 held back = 985 ≤ 1000
+  });
+
+  it('withholds grants for one round after it first sees a node flag a self-grant, and counts the self-grant', () => {
+    const fleet = new FixedFleet(20);
+    const { o, clock } = owner(fleet);
+    expect(o.onCreditRequest(req('a', { selfIssued: 50 }))).to.equal(undefined);
+    expect(o.committed(KEY, W, WID)).to.equal(50);
+    clock.advance(24);
+    expect(o.onCreditRequest(req('a', { selfIssued: 50, spent: 50 }))).to.equal(undefined);
+    clock.advance(1);
+    expect(o.onCreditRequest(req('a', { selfIssued: 50, spent: 50 }))).to.not.equal(undefined);
+  });
+
+  it('withholds grants from a node back after an absence, for one round (L5)', () => {
+    const fleet = new FixedFleet(20);
+    fleet.rejoiningNodes.add('a');
+    const { o } = owner(fleet);
+    expect(o.onCreditRequest(req('a'))).to.equal(undefined);
+    fleet.rejoiningNodes.clear();
+    expect(o.onCreditRequest(req('a'))).to.not.equal(undefined);
+  });
+});
