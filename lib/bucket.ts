@@ -19,13 +19,16 @@ export class Bucket {
   /** Highest grant seq applied in this window. */
   grantSeq = 0;
   /** Credit already granted for the next window (the owner pre-grants before a rollover). */
-  nextWindowId = Number.NaN;
+  nextWindowId = -1;
   nextIssued = 0;
   nextGrantSeq = 0;
   /** Requests seen in the current round (admitted or not). */
   roundDemand = 0;
-  /** Smoothed requests per round: the demand advertised to the owner. */
-  rate = 0;
+  /**
+   * Smoothed requests per round × 256 (fixed point: a small integer stays unboxed in V8, a fractional
+   * double would cost a heap number per bucket). The demand advertised to the owner.
+   */
+  rate256 = 0;
   /** Round in which the fast path was last taken (at most once per round). */
   fastRound = -1;
   /** The owner said this window has nothing left for us: no fast path until a grant arrives. */
@@ -54,7 +57,7 @@ export class Bucket {
     this.windowEnd = windowEnd;
     this.issued = pre ? this.nextIssued : 0;
     this.grantSeq = pre ? this.nextGrantSeq : 0;
-    this.nextWindowId = Number.NaN;
+    this.nextWindowId = -1;
     this.nextIssued = 0;
     this.nextGrantSeq = 0;
     this.selfIssued = 0;

@@ -45,6 +45,9 @@ export interface LeaseNodeConfig {
   readonly degradedAfterMs: number;
 }
 
+/** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
+const MIN_RATE256 = 1;
+
 /** A request was admitted: the one shared instance, so the common path allocates nothing. */
 export const ADMITTED = Object.freeze({ admitted: true as const });
 
@@ -221,12 +224,12 @@ export class LeaseNode {
       s.limits.windows.forEach((w, i) => {
         const b = s.buckets[i] as Bucket;
         const idle = b.roundDemand === 0 && !b.dirty;
-        b.rate = b.rate * 0.5 + b.roundDemand * 0.5;
+        b.rate256 = (b.rate256 + b.roundDemand * 256) >> 1;
         // Quiet buckets fade out of the reports; a bucket of an ended window has nothing to say.
-        if ((idle && b.rate < 0.01) || b.windowEnd <= now) return;
+        if ((idle && b.rate256 < MIN_RATE256) || b.windowEnd <= now) return;
         this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
-        if (b.windowEnd - now <= 2 * this.cfg.roundMs && b.rate >= 0.01) {
+        if (b.windowEnd - now <= 2 * this.cfg.roundMs && b.rate256 >= MIN_RATE256) {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
         }
         b.roundDemand = 0;
@@ -238,7 +241,7 @@ export class LeaseNode {
     for (const batch of batches) this.link.publish(batch);
     this.stats.reports += batches.length;
     // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
-    this.touched = this.touched.filter((s) => (s.listed = !s.evicted && s.buckets.some((b) => (b.rate >= 0.01 || b.dirty) && b.windowEnd > now)));
+    this.touched = this.touched.filter((s) => (s.listed = !s.evicted && s.buckets.some((b) => (b.rate256 >= MIN_RATE256 || b.dirty) && b.windowEnd > now)));
     this.roundNo++;
     return batches;
   }
@@ -335,7 +338,7 @@ export class LeaseNode {
   }
 
   private demandOf(b: Bucket): number {
-    return Math.max(b.roundDemand, b.rate) * this.cfg.demandRounds;
+    return Math.max(b.roundDemand, b.rate256 / 256) * this.cfg.demandRounds;
   }
 
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {

@@ -254,7 +254,7 @@ function render(r: Result): string {
   out.push(`Decision in-process: ${KEYS} keys, ${MICRO.warmup} warm-up + ${MICRO.calls} calls; p50/p99 include ~${m.timerNs} ns timer`);
   out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], ['fleet-ratelimit', m.limiter.nsPerCall, m.limiter.p50Us, m.limiter.p99Us],
     ['express-rate-limit (awaited)', m.erl.nsPerCall, m.erl.p50Us, m.erl.p99Us]]));
-  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by fingerprint) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
+  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by SHA-256 digest) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
   out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
   const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
   const memRows = r.memory.map((x) => [x.what, plan(x.windowsMs), x.count, x.bytesEach, x.mib]);
