@@ -124,18 +124,22 @@ describe('fold owner: the only issuer of credit', () => {
         const limit = 1 + Math.floor(rand() * 2000);
         const o = owner(fleet, rand() * 0.05);
         const spent = new Map<string, number>();
+        // Batches held back and delivered later, out of order, some more than once.
+        const late: ReportBatch[] = [];
         for (let step = 0; step < 400; step++) {
           const node = `n${Math.floor(rand() * fleet)}`;
           const epoch = `${node}-e${rand() < 0.05 ? 2 : 1}`;
           if (rand() < 0.5) {
-            o.onCreditRequest({ ...req(node, 1 + Math.floor(rand() * 50), Math.floor(rand() * 300), rand() < 0.5, limit), nodeEpoch: epoch });
+            o.onCreditRequest({ ...req(node, 1 + Math.floor(rand() * 50), Math.floor(rand() * 300), rand() < 0.5, limit), nodeEpoch: epoch, spent: spent.get(epoch) ?? 0 });
           } else {
             const s = (spent.get(epoch) ?? 0) + Math.floor(rand() * 20);
             spent.set(epoch, s);
             const b = batch(node, epoch, step, s, Math.floor(rand() * 300), limit);
-            o.onReports(rand() < 0.3 ? { ...b, round: step } : b);
+            if (rand() < 0.3) late.push(b);
+            else o.onReports(b);
             if (rand() < 0.2) o.onReports(b); // duplicate delivery
           }
+          if (late.length && rand() < 0.3) o.onReports(late.splice(Math.floor(rand() * late.length), 1)[0]!);
           expect(o.committed(KEY, W, WID)).to.be.at.most(limit);
         }
       });
