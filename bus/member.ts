@@ -1,21 +1,16 @@
 import type { Clock } from '../lib/clock.js';
 import { FoldOwner } from '../lib/fold-owner.js';
-import { LeaseNode } from '../lib/lease-node.js';
+import { LeaseNode, type LeaseNodeConfig } from '../lib/lease-node.js';
 import { shardOf } from '../lib/protocol/messages.js';
 import type { Bus } from './types.js';
 
 /** Protocol settings of one fleet member (the spec's defaults live in the middleware's options). */
-export interface MemberSettings {
-  readonly nodeId: string;
-  readonly nodeEpoch: string;
-  readonly shards: number;
-  readonly maxBuckets: number;
-  readonly roundMs: number;
-  readonly fastPathDeadlineMs: number;
+export type MemberSettings = Omit<LeaseNodeConfig, 'demandRounds' | 'missedRoundsLimit'> & {
+  /** Headroom h on advertised demand. */
   readonly headroom: number;
+  /** Reserve R as a fraction of each window's allowance. */
   readonly reserveRatio: number;
-  readonly degradedAfterMs: number;
-}
+};
 
 /** Rounds of demand a node asks for: a grant must last until the next round's top-up lands. */
 export const DEMAND_ROUNDS = 3;
@@ -31,21 +26,7 @@ export function joinFleet(bus: Bus, s: MemberSettings, clock: Clock): { node: Le
   // The node must exist before messages can be delivered to it; none are sent before serveOwner.
   let node: LeaseNode | undefined;
   const link = bus.connectNode(identity, (m) => node?.onMessage(m));
-  node = new LeaseNode(
-    {
-      nodeId: s.nodeId,
-      nodeEpoch: s.nodeEpoch,
-      shards: s.shards,
-      maxBuckets: s.maxBuckets,
-      roundMs: s.roundMs,
-      fastPathDeadlineMs: s.fastPathDeadlineMs,
-      demandRounds: DEMAND_ROUNDS,
-      missedRoundsLimit: MISSED_ROUNDS,
-      degradedAfterMs: s.degradedAfterMs,
-    },
-    clock,
-    link,
-  );
+  node = new LeaseNode({ ...s, demandRounds: DEMAND_ROUNDS, missedRoundsLimit: MISSED_ROUNDS }, clock, link);
   const owner = new FoldOwner({
     ownerEpoch: (shard) => bus.ownerEpoch(shard),
     shardOf: (keyId, windowId) => shardOf(keyId, windowId, s.shards),

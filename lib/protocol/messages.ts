@@ -30,19 +30,23 @@ export interface CreditRequest {
   readonly fastPath: boolean;
 }
 
-/** Credit issued by a shard owner. `issued` is the cumulative credit issued on this lease. */
-export interface Grant {
-  readonly type: 'grant';
+/** Which lease, in which window, an owner's message is about. */
+export interface LeaseRef {
   readonly keyId: string;
   readonly windowId: number;
   readonly windowMs: number;
   readonly nodeId: string;
   readonly nodeEpoch: string;
   readonly lease: number;
+  /** Fencing token of the owner that sent it; a message from an older owner is rejected. */
+  readonly ownerEpoch: number;
+}
+
+/** Credit issued by a shard owner. `issued` is the cumulative credit issued on this lease. */
+export interface Grant extends LeaseRef {
+  readonly type: 'grant';
   /** Grows with every grant on this lease; applied at most once. */
   readonly grantSeq: number;
-  /** Fencing token of the owner that issued it; a grant from an older owner is rejected. */
-  readonly ownerEpoch: number;
   readonly issued: number;
 }
 
@@ -50,15 +54,8 @@ export interface Grant {
  * An owner's instruction that never adds credit: release what is held above `keep` (rebalancing,
  * L1), and/or stop asking because the window has nothing left for this lease (`exhausted`).
  */
-export interface Adjust {
+export interface Adjust extends LeaseRef {
   readonly type: 'adjust';
-  readonly keyId: string;
-  readonly windowId: number;
-  readonly windowMs: number;
-  readonly nodeId: string;
-  readonly nodeEpoch: string;
-  readonly lease: number;
-  readonly ownerEpoch: number;
   /** Credit the lease may keep; -1 for no recall. */
   readonly keep: number;
   readonly exhausted: boolean;

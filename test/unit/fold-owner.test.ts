@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import type { CreditRequest, Report, ReportBatch } from '../../lib/protocol/messages.js';
 import { FakeClock } from '../../lib/clock.js';
-import { rng } from '../support/rng.js';
+import { seededRandom as rng } from '../../scripts/sim/queue.js';
 import { FixedFleet, ownerConfig } from '../support/protocol.js';
 
 const KEY = 'v1:OWNEROWNEROWNEROWNERO';

@@ -8,7 +8,7 @@ import { windowIdAt } from '../../lib/window.js';
 import { shardOf } from '../../lib/protocol/messages.js';
 import { demoPolicy } from '../support/fixtures.js';
 import { nodeConfig, ownerConfig } from '../support/protocol.js';
-import { rng } from '../support/rng.js';
+import { seededRandom as rng } from '../../scripts/sim/queue.js';
 
 /** A fleet of one over the in-memory bus, driven on a virtual clock. */
 function fleetOfOne(clock: FakeClock, maxBuckets = 10_000) {
