@@ -95,8 +95,11 @@ export function stopAllServers(): Promise<unknown> {
 
 // ---- Child side ----
 
-/** rate-limiter-flexible has no Express middleware of its own; this is the usual few lines. */
-function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
+/**
+ * rate-limiter-flexible has no Express middleware of its own; this is the usual few lines. It returns
+ * nothing: the decision is over when it calls next() (or answers 429). Also used by bench.ts's micro rows.
+ */
+export function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
   return (req, res, next) => {
     limiter.consume(apiKey(req)).then(
       () => next(),
@@ -106,7 +109,8 @@ function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
   };
 }
 
-async function connectRedis(url: string): Promise<Redis> {
+/** An ioredis client set up as rlf documents, connected and pinged; rejects with the cause if Redis is unreachable. */
+export async function connectRedis(url: string): Promise<Redis> {
   // rlf's documented ioredis setup: no offline queue, so an outage fails fast instead of queueing.
   const redis = new Redis(url, {
     enableOfflineQueue: false, lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 1, retryStrategy: () => null,

@@ -3,12 +3,15 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 // @ts-expect-error -- autocannon ships no type declarations and @types/autocannon is not installed.
 import autocannon from 'autocannon';
-import type { NextFunction, Request, Response } from 'express';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { pino } from 'pino';
+import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { rateLimiter } from '../middleware/rate-limiter.js';
 import { memoryFootprints } from './bench-memory.js';
-import { benchIdentity, HUGE, hugePolicy, startServer, stopAllServers, stopServer, VARIANTS, type Variant } from './bench-server.js';
+import {
+  benchIdentity, connectRedis, HUGE, hugePolicy, rlfMiddleware, startServer, stopAllServers, stopServer, VARIANTS, type Variant,
+} from './bench-server.js';
 
 /**
  * `npm run bench [-- flags]`: HTTP overhead against peers (interleaved bare/variant pairs, one server
@@ -21,6 +24,8 @@ const USAGE = `usage: node --expose-gc dist/scripts/bench.js [--json] [--duratio
        [--only ${PEERS.join(',')}] [--skip-http]`;
 const KEYS = 1000;
 const MICRO = { warmup: 50_000, calls: 200_000, chunk: 10_000 };
+/** rate-limiter-flexible on Redis: each call is a network round trip, so far fewer calls. */
+const MICRO_REDIS = { warmup: 2_000, calls: 20_000, chunk: 1_000 };
 const MEMORY_KEYS = 50_000;
 const TARGETS = { ratioToBare: 0.95, decisionP99Us: 50, mbFor50kBuckets: 16 };
 
@@ -32,6 +37,7 @@ interface HttpRow {
   non2xx: number; skipped?: string; server?: unknown;
 }
 interface Micro { nsPerCall: number; p50Us: number; p99Us: number }
+interface Skipped { skipped: string }
 interface CannonResult {
   requests: { total: number }; duration: number; latency: { p50: number; p99: number }; non2xx: number; errors: number; timeouts: number;
 }
@@ -142,34 +148,65 @@ const fakeReq = (key: string): Request =>
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 /** Yields between chunks so that the limiter's round timer runs as in a server, outside the timed code. */
-async function measure(fn: (i: number) => unknown): Promise<Micro> {
+async function measure(fn: (i: number) => unknown, cfg: typeof MICRO = MICRO): Promise<Micro> {
   let i = 0;
   const first = fn(i++);
   const isAsync = first instanceof Promise;
   if (isAsync) await first;
   const call = isAsync ? async (): Promise<unknown> => await fn(i++) : (): unknown => fn(i++);
   let batchNs = 0n;
-  for (const [calls, counted] of [[MICRO.warmup, false], [MICRO.calls, true]] as const) {
-    for (let done = 0; done < calls; done += MICRO.chunk) {
+  for (const [calls, counted] of [[cfg.warmup, false], [cfg.calls, true]] as const) {
+    for (let done = 0; done < calls; done += cfg.chunk) {
       const t0 = process.hrtime.bigint();
-      for (let j = 0; j < MICRO.chunk; j++) isAsync ? await call() : call();
+      for (let j = 0; j < cfg.chunk; j++) isAsync ? await call() : call();
       if (counted) batchNs += process.hrtime.bigint() - t0;
       await tick();
     }
   }
-  const samples = new Float64Array(MICRO.calls);
-  for (let k = 0; k < MICRO.calls; k++) {
+  const samples = new Float64Array(cfg.calls);
+  for (let k = 0; k < cfg.calls; k++) {
     const t0 = process.hrtime.bigint();
     isAsync ? await call() : call();
     samples[k] = Number(process.hrtime.bigint() - t0);
-    if (k % MICRO.chunk === MICRO.chunk - 1) await tick();
+    if (k % cfg.chunk === cfg.chunk - 1) await tick();
   }
   samples.sort();
   const us = (q: number): number => round(at(samples, q) / 1000, 3);
-  return { nsPerCall: round(Number(batchNs) / MICRO.calls, 0), p50Us: us(0.5), p99Us: us(0.99) };
+  return { nsPerCall: round(Number(batchNs) / cfg.calls, 0), p50Us: us(0.5), p99Us: us(0.99) };
 }
 
-async function micro(): Promise<{ limiter: Micro; erl: Micro; hashNs: number; roundUs: number; timerNs: number }> {
+/** Calls a middleware that returns nothing (rlfMiddleware) and settles when it calls next(): each call is awaited. */
+const untilNext = (mw: RequestHandler, req: Request): Promise<void> =>
+  new Promise((resolve, reject) => void mw(req, fakeRes, (err?: unknown) => (err === undefined ? resolve() : reject(err))));
+
+/** The HTTP rlf-redis variant's middleware on a Redis of its own keys; skipped, not failed, when Redis is unreachable. */
+async function rlfRedis(reqs: readonly Request[]): Promise<Micro | Skipped> {
+  const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const where = url.replace(/\/\/[^/@]*@/, '//'); // no credentials in the report
+  const skip = (reason: string): Skipped => {
+    log(`micro: skipping rate-limiter-flexible Redis: ${reason}`);
+    return { skipped: reason };
+  };
+  const redis = await connectRedis(url).catch((err: Error) => err);
+  if (redis instanceof Error) return skip(`Redis at ${where} unreachable: ${redis.message}`);
+  // A prefix of this run's own, so that the keys deleted at the end are exactly the ones it created.
+  const rl = new RateLimiterRedis({ storeClient: redis, keyPrefix: `bench-micro-${process.pid}-${Date.now()}`, points: HUGE, duration: 60 });
+  const mw = rlfMiddleware(rl);
+  try {
+    log(`micro: rate-limiter-flexible Redis at ${where} (${MICRO_REDIS.calls} calls, each a round trip, each awaited)`);
+    return await measure((i) => untilNext(mw, reqs[i % KEYS]!), MICRO_REDIS);
+  } catch (err) {
+    return skip(`Redis failed during the run: ${(err as Error).message}`);
+  } finally {
+    await redis.del(...Array.from({ length: KEYS }, (_, i) => rl.getKey(key(i))))
+      .catch((err: Error) => log(`micro: could not delete the ${rl.keyPrefix}:* keys: ${err.message}`));
+    redis.disconnect();
+  }
+}
+
+async function micro(): Promise<{
+  limiter: Micro; erl: Micro; rlfMemory: Micro; rlfRedis: Micro | Skipped; hashNs: number; roundUs: number; timerNs: number;
+}> {
   const reqs = Array.from({ length: KEYS }, (_, i) => fakeReq(key(i)));
   const limiter = rateLimiter({ policy: hugePolicy([1000, 60_000]), identify: benchIdentity, logger: pino({ level: 'silent' }) });
   try {
@@ -195,7 +232,11 @@ async function micro(): Promise<{ limiter: Micro; erl: Micro; hashNs: number; ro
     const erlMw = rateLimit({ windowMs: 60_000, limit: HUGE, keyGenerator: (req) => String(req.headers['x-api-key']),
       standardHeaders: false, legacyHeaders: false, validate: false });
     const erl = await measure((i) => erlMw(reqs[i % KEYS]!, fakeRes, noop));
-    return { limiter: result, erl, hashNs, roundUs: round(median(rounds), 1), timerNs: median(timer) };
+    log('micro: rate-limiter-flexible memory store (each call awaited until next())');
+    const rlfMw = rlfMiddleware(new RateLimiterMemory({ points: HUGE, duration: 60 }));
+    const rlfMemory = await measure((i) => untilNext(rlfMw, reqs[i % KEYS]!));
+    const rlfRedisRow = await rlfRedis(reqs);
+    return { limiter: result, erl, rlfMemory, rlfRedis: rlfRedisRow, hashNs, roundUs: round(median(rounds), 1), timerNs: median(timer) };
   } finally {
     await limiter.close();
   }
@@ -231,7 +272,7 @@ async function collect(f: Flags) {
     { name: '50,000 buckets <= 16 MiB', value: one.mib, pass: one.mib <= TARGETS.mbFor50kBuckets },
   ];
   const variants = h ? ['bare', ...f.only] : [];
-  const config = { ...f, variants, keys: KEYS, micro: MICRO, memoryKeys: MEMORY_KEYS, memoryUnit: 'MiB', targets: TARGETS };
+  const config = { ...f, variants, keys: KEYS, micro: MICRO, microRedis: MICRO_REDIS, memoryKeys: MEMORY_KEYS, memoryUnit: 'MiB', targets: TARGETS };
   return {
     ratioToBare: ratio, decisionP99Us: limiter.p99Us, decisionP50Us: limiter.p50Us, decisionNsPerCall: limiter.nsPerCall,
     bytesPerBucket: one.bytesEach, mbFor50kBuckets: one.mib, peers: h?.peers ?? {}, bare: h?.bare ?? null,
@@ -252,8 +293,13 @@ function render(r: Result): string {
     out.push(...peers.flatMap(([k, p]) => (p.skipped ? [`  ${k} skipped: ${p.skipped}`] : [])), '');
   }
   out.push(`Decision in-process: ${KEYS} keys, ${MICRO.warmup} warm-up + ${MICRO.calls} calls; p50/p99 include ~${m.timerNs} ns timer`);
-  out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], ['fleet-ratelimit', m.limiter.nsPerCall, m.limiter.p50Us, m.limiter.p99Us],
-    ['express-rate-limit (awaited)', m.erl.nsPerCall, m.erl.p50Us, m.erl.p99Us]]));
+  const row = (name: string, x: Micro | Skipped): (string | number)[] => ('skipped' in x ? [name, 'skipped'] : [name, x.nsPerCall, x.p50Us, x.p99Us]);
+  out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], row('fleet-ratelimit', m.limiter),
+    row('express-rate-limit (awaited)', m.erl), row('rate-limiter-flexible memory (awaited)', m.rlfMemory),
+    row(`rate-limiter-flexible Redis (awaited, ${MICRO_REDIS.calls / 1000}k calls)`, m.rlfRedis)]));
+  out.push(`  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
+    `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}`
+      : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`);
   out.push(`  fleet-ratelimit parts: key id (HMAC, cached by SHA-256 digest) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
   out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
   const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
