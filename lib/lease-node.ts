@@ -47,6 +47,8 @@ export interface LeaseNodeConfig {
 
 /** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
 const MIN_RATE256 = 1;
+/** A quiet bucket with fading demand is reported once in this many rounds. */
+const IDLE_REPORT_ROUNDS = 4;
 
 /** A request was admitted: the one shared instance, so the common path allocates nothing. */
 export const ADMITTED = Object.freeze({ admitted: true as const });
@@ -98,6 +100,8 @@ export class LeaseNode {
   private readonly contact: Float64Array;
   /** Highest owner epoch heard from for each shard: fencing against a deposed owner. */
   private readonly ownerEpochs: Float64Array;
+  /** The smallest of `contact`, as of the last round. */
+  private oldestContact: number;
 
   constructor(
     private readonly cfg: LeaseNodeConfig,
@@ -107,6 +111,7 @@ export class LeaseNode {
     this.buckets = new BucketMap(cfg.maxBuckets, (s) => this.releaseAll(s));
     this.contact = new Float64Array(cfg.shards).fill(clock.monotonic());
     this.ownerEpochs = new Float64Array(cfg.shards);
+    this.oldestContact = clock.monotonic();
   }
 
   /** Current round number (grows by one per `endRound()`). */
@@ -114,11 +119,13 @@ export class LeaseNode {
     return this.roundNo;
   }
 
-  /** True once some shard's owner has been out of reach for longer than `degradedAfterMs` (F5). */
+  /**
+   * True once some shard's owner has been out of reach for longer than `degradedAfterMs` (F5). Read
+   * on every request, so it uses the oldest contact as of the last round (contact only ever grows, so
+   * the answer can only lag by a round, on the side of saying "degraded").
+   */
   get degraded(): boolean {
-    const limit = this.clock.monotonic() - this.cfg.degradedAfterMs;
-    for (let s = 0; s < this.contact.length; s++) if (this.contact[s]! < limit) return true;
-    return false;
+    return this.clock.monotonic() - this.oldestContact > this.cfg.degradedAfterMs;
   }
 
   /** Milliseconds since the owner of `shard` was last heard from (0 while the transport reaches it). */
@@ -214,7 +221,12 @@ export class LeaseNode {
   endRound(): ReportBatch[] {
     const mono = this.clock.monotonic();
     const now = this.clock.now();
-    for (let s = 0; s < this.cfg.shards; s++) if (this.link.reachable(s)) this.contact[s] = mono;
+    let oldest = mono;
+    for (let s = 0; s < this.cfg.shards; s++) {
+      if (this.link.reachable(s)) this.contact[s] = mono;
+      oldest = Math.min(oldest, this.contact[s]!);
+    }
+    this.oldestContact = oldest;
     this.link.heartbeat();
     const byShard = new Map<number, Report[]>();
     for (const { shard, report } of this.evicted) this.queue(byShard, shard, report);
@@ -225,9 +237,13 @@ export class LeaseNode {
         const b = s.buckets[i] as Bucket;
         const idle = b.roundDemand === 0 && !b.dirty;
         b.rate256 = (b.rate256 + b.roundDemand * 256) >> 1;
-        // Quiet buckets fade out of the reports; a bucket of an ended window has nothing to say.
-        if ((idle && b.rate256 < MIN_RATE256) || b.windowEnd <= now) return;
-        this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+        // A bucket of an ended window has nothing to say. A quiet one is reported every
+        // IDLE_REPORT_ROUNDS rounds while its demand fades (so the owner can still top it up or recall
+        // from it), and every round while it carries a self-grant the owner must learn of (F4).
+        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) return;
+        if (!idle || b.selfIssued > 0 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
+          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+        }
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
         if (b.windowEnd - now <= 2 * this.cfg.roundMs && b.rate256 >= MIN_RATE256) {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
@@ -344,6 +360,9 @@ export class LeaseNode {
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
     const windows = subject.limits.windows;
     const requests: CreditRequest[] = [];
+    // A short window that cannot ask now dooms this request, but the others still ask (once per
+    // round): their answers say which windows are really spent, for an honest Retry-After.
+    let blocked = false;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       if (b.credit >= cost) continue;
@@ -353,9 +372,11 @@ export class LeaseNode {
       // F2: two missed rounds — no fast path, enforce with what is held. D2: once per bucket per
       // round. And no asking when the owner said the window has nothing left for us.
       if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || b.fastRound === this.roundNo || b.exhausted) {
-        return this.deny(subject, cost, false);
+        blocked = true;
+        continue;
       }
       const w = windows[i]!;
+      b.fastRound = this.roundNo;
       requests.push({
         keyId: subject.keyId,
         windowId: b.windowId,
@@ -372,21 +393,18 @@ export class LeaseNode {
         fastPath: true,
       });
     }
-    for (let i = 0; i < windows.length; i++) {
-      const b = subject.buckets[i] as Bucket;
-      if (b.credit < cost) b.fastRound = this.roundNo;
-    }
+    if (requests.length === 0) return this.deny(subject, cost, false);
     this.stats.fastPath++;
     const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
     if (answer === undefined) return this.deny(subject, cost, false);
     if (!isPromise(answer)) {
       this.settle(requests, answer);
-      return this.recheck(subject, cost);
+      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     }
     return answer.then((grants) => {
       if (grants === undefined) this.stats.fastPathTimeouts++;
       else this.settle(requests, grants);
-      return this.recheck(subject, cost);
+      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     });
   }
 

@@ -219,9 +219,12 @@ describe('lease node: the decision path', () => {
     ]);
     expect(mine.every((r) => r.demand === 60)).to.equal(true); // 30 requests × 2 rounds of lookahead
     expect(link.published).to.have.length(batches.length);
-    // Without traffic the advertised demand fades, then the keys drop out of the reports.
-    const next = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
-    expect(next.map((r) => r.demand)).to.deep.equal([15, 15]); // smoothed rate 7.5/round × 2 rounds
+    // Without traffic a key is reported once every 4 rounds while its demand fades, then not at all.
+    const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
+    expect(quiet()).to.have.length(0); // round 1
+    quiet();
+    quiet();
+    expect(quiet().map((r) => r.demand)).to.deep.equal([1.875, 1.875]); // round 4: 15 → 7.5 → … → 0.94/round × 2
     for (let i = 0; i < 20; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
   });
