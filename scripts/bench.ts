@@ -300,7 +300,7 @@ function render(r: Result): string {
   out.push(`  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
     `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}`
       : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`);
-  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by SHA-256 digest) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
+  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by keyed fingerprint) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
   out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
   const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
   const memRows = r.memory.map((x) => [x.what, plan(x.windowsMs), x.count, x.bytesEach, x.mib]);
