@@ -29,6 +29,8 @@ export class Bucket {
    * double would cost a heap number per bucket). The demand advertised to the owner.
    */
   rate256 = 0;
+  /** Last round in which the bucket was reported with requests. */
+  reportedRound = -1;
   /** Round in which the fast path was last taken (at most once per round). */
   fastRound = -1;
   /** The owner said this window has nothing left for us: no fast path until a grant arrives. */

@@ -48,7 +48,7 @@ export interface LeaseNodeConfig {
 /** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
 const MIN_RATE256 = 1;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
-const IDLE_REPORT_ROUNDS = 4;
+const IDLE_REPORT_ROUNDS = 8;
 
 /** A request was admitted: the one shared instance, so the common path allocates nothing. */
 export const ADMITTED = Object.freeze({ admitted: true as const });
@@ -231,33 +231,41 @@ export class LeaseNode {
     const byShard = new Map<number, Report[]>();
     for (const { shard, report } of this.evicted) this.queue(byShard, shard, report);
     this.evicted = [];
+    const next: Subject[] = [];
     for (const s of this.touched) {
       if (s.evicted) continue;
-      s.limits.windows.forEach((w, i) => {
+      const windows = s.limits.windows;
+      let keep = false;
+      for (let i = 0; i < windows.length; i++) {
         const b = s.buckets[i] as Bucket;
+        const w = windows[i]!;
         const idle = b.roundDemand === 0 && !b.dirty;
         b.rate256 = (b.rate256 + b.roundDemand * 256) >> 1;
-        // A bucket of an ended window has nothing to say. A quiet one is reported every
-        // IDLE_REPORT_ROUNDS rounds while its demand fades (so the owner can still top it up or recall
-        // from it), and every round while it carries a self-grant the owner must learn of (F4).
-        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) return;
-        if (!idle || b.selfIssued > 0 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
+        // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
+        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) continue;
+        keep = true;
+        // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
+        // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
+        if (!idle || b.selfIssued > 0 || this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
           this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+          if (!idle) b.reportedRound = this.roundNo;
         }
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
-        if (b.windowEnd - now <= 2 * this.cfg.roundMs && b.rate256 >= MIN_RATE256) {
+        if (b.windowEnd - now <= 2 * this.cfg.roundMs) {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
         }
         b.roundDemand = 0;
         b.dirty = false;
-      });
+      }
+      // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
+      s.listed = keep;
+      if (keep) next.push(s);
     }
+    this.touched = next;
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push({ shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports });
     for (const batch of batches) this.link.publish(batch);
     this.stats.reports += batches.length;
-    // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
-    this.touched = this.touched.filter((s) => (s.listed = !s.evicted && s.buckets.some((b) => (b.rate256 >= MIN_RATE256 || b.dirty) && b.windowEnd > now)));
     this.roundNo++;
     return batches;
   }

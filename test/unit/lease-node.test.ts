@@ -219,12 +219,12 @@ describe('lease node: the decision path', () => {
     ]);
     expect(mine.every((r) => r.demand === 60)).to.equal(true); // 30 requests × 2 rounds of lookahead
     expect(link.published).to.have.length(batches.length);
-    // Without traffic a key is reported once every 4 rounds while its demand fades, then not at all.
+    // Without traffic a key is reported the first quiet round (its demand halves), then once every
+    // 8 rounds while its demand fades, then not at all.
     const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
-    expect(quiet()).to.have.length(0); // round 1
-    quiet();
-    quiet();
-    expect(quiet().map((r) => r.demand)).to.deep.equal([1.875, 1.875]); // round 4: 15 → 7.5 → … → 0.94/round × 2
+    expect(quiet().map((r) => r.demand)).to.deep.equal([15, 15]); // round 1: 7.5/round × 2
+    for (let round = 2; round < 8; round++) expect(quiet()).to.have.length(0);
+    expect(quiet()).to.have.length(2); // round 8
     for (let i = 0; i < 20; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
   });
