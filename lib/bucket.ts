@@ -33,8 +33,10 @@ export class Bucket {
   reportedRound = -1;
   /** Round in which the fast path was last taken (at most once per round). */
   fastRound = -1;
-  /** The owner said this window has nothing left for us: no fast path until a grant arrives. */
+  /** The owner said this window has nothing left for us: no fast path until a later grant arrives. */
   exhausted = false;
+  /** Grant seq the exhaustion notice was sent after. */
+  exhaustedSeq = 0;
   /** Must be reported at the end of the round even without requests (recall, self-grant). */
   dirty = false;
 
@@ -67,6 +69,7 @@ export class Bucket {
     this.released = 0;
     this.fastRound = -1;
     this.exhausted = false;
+    this.exhaustedSeq = 0;
   }
 
   /** Whether the bucket could be dropped without losing usable credit. */

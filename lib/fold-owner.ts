@@ -128,7 +128,10 @@ export class FoldOwner {
       }
     }
     if (amount < req.need) this.recall(ledger, lease);
-    return amount > 0 ? this.issue(ledger, lease, amount) : undefined;
+    if (amount <= 0) return undefined;
+    const grant = this.issue(ledger, lease, amount);
+    this.announceExhausted(ledger);
+    return grant;
   }
 
   /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
@@ -145,6 +148,7 @@ export class FoldOwner {
         const amount = Math.min(target - held(lease), this.available(ledger, false));
         if (amount > 0) {
           this.outbox.push(this.issue(ledger, lease, amount));
+          this.announceExhausted(ledger);
           if (lease.spent === 0 && lease.grantSeq === 1 && r.spent === 0) this.stats.preGrants++;
         } else this.recall(ledger, lease);
       }
@@ -267,10 +271,17 @@ export class FoldOwner {
         recalled = true;
       }
     }
-    if (recalled || this.available(l, true) > 0) return;
+    if (!recalled) this.announceExhausted(l);
+  }
+
+  /**
+   * Once nothing is left, reserve included, every lease of the window is told so (once, until a grant
+   * changes it): none of them spends a fast path on asking, and their denials name this window.
+   */
+  private announceExhausted(l: Ledger): void {
+    if (this.available(l, true) > 0) return;
+    const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {
-      if (lease.noticeAt === round || lease.exhaustedAt === round) continue;
-      // One notice per lease until something changes (a grant clears the node's flag).
       if (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt) continue;
       lease.exhaustedAt = round;
       this.outbox.push(this.adjust(l, lease, -1, true));
@@ -290,6 +301,7 @@ export class FoldOwner {
       ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId)),
       keep,
       exhausted,
+      grantSeq: lease.grantSeq,
     };
   }
 

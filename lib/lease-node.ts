@@ -184,7 +184,7 @@ export class LeaseNode {
     if (b !== undefined && g.windowId === b.windowId && g.grantSeq > b.grantSeq) {
       b.grantSeq = g.grantSeq;
       if (g.issued > b.issued) b.issued = g.issued;
-      b.exhausted = false;
+      if (g.grantSeq > b.exhaustedSeq) b.exhausted = false;
       this.stats.grantsApplied++;
       return true;
     }
@@ -211,8 +211,11 @@ export class LeaseNode {
       const s = this.buckets.peek(a.keyId);
       if (s !== undefined) this.touch(s);
     }
-    // Exhausted: when what is held runs out, deny without asking (until a grant says otherwise).
-    if (a.exhausted) b.exhausted = true;
+    // Exhausted: when what is held runs out, deny without asking (until a later grant).
+    if (a.exhausted && a.grantSeq >= b.exhaustedSeq) {
+      b.exhausted = true;
+      b.exhaustedSeq = a.grantSeq;
+    }
     this.stats.adjustsApplied++;
     return true;
   }

@@ -59,6 +59,8 @@ export interface Adjust extends LeaseRef {
   /** Credit the lease may keep; -1 for no recall. */
   readonly keep: number;
   readonly exhausted: boolean;
+  /** The lease's last grant seq when this was sent: only a later grant lifts the exhaustion. */
+  readonly grantSeq: number;
 }
 
 /** Anything an owner sends to a node. */
