@@ -55,16 +55,10 @@ export function halfSipHash53(text: string, k0: number, k1: number): number {
   round();
   v0 ^= b;
   v2 ^= 0xee;
-  round();
-  round();
-  round();
-  round();
+  for (let r = 0; r < 4; r++) round();
   const hi = (v1 ^ v3) >>> 0;
   v1 ^= 0xdd;
-  round();
-  round();
-  round();
-  round();
+  for (let r = 0; r < 4; r++) round();
   const lo = (v1 ^ v3) >>> 0;
   return hi * 0x200000 + (lo & 0x1fffff);
 }
