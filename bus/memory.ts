@@ -220,7 +220,9 @@ export class MemoryBus implements Bus {
     const ownerId = this.ownerOfShard[batch.shard];
     if (ownerId === undefined) return;
     const deliver = (): void => {
-      const owner = this.owners.get(ownerId);
+      // Whoever owns the shard when the batch lands folds it: a deposed owner never sees it.
+      const current = this.ownerOfShard[batch.shard];
+      const owner = current === undefined ? undefined : this.owners.get(current);
       if (owner === undefined || this.closed) return;
       this.log(batch.shard, { kind: 'report', batch });
       for (const m of owner.onReports(batch)) this.send(m);

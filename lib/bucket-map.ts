@@ -99,6 +99,8 @@ export class BucketMap {
       }
       this.map.delete(keyId);
       this.bucketCount -= found.buckets.length;
+      // The old subject is gone: it must not report the buckets it shares with its successor.
+      found.evicted = true;
     }
     // After a policy change, windows of the same length keep their lease: the owner still counts it.
     const subject = new Subject(keyId, limits, () => ++this.leases, found);

@@ -240,6 +240,9 @@ export class FoldOwner {
     }
     lease.seq = r.seq;
     lease.spent = Math.max(lease.spent, r.spent);
+    // What the node says it was issued counts too: a grant this owner's ledger missed (an earlier
+    // owner's, or one from before the ledger was swept) is still committed.
+    lease.issued = Math.max(lease.issued, r.issued);
     lease.selfIssued = Math.max(lease.selfIssued, r.selfIssued);
     lease.released = Math.max(lease.released, r.released);
     lease.demand = r.demand;

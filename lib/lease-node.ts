@@ -94,6 +94,8 @@ export class LeaseNode {
   readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0 };
   private roundNo = 0;
   private touched: Subject[] = [];
+  /** Window end of the last boundary self-grant per key and window length (F4), kept across eviction. */
+  private readonly selfGranted = new Map<string, number>();
   /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
   private evicted: Array<{ shard: number; report: Report }> = [];
   /** Monotonic time of the last sign of life from each shard's owner. */
@@ -184,6 +186,8 @@ export class LeaseNode {
     if (b !== undefined && g.windowId === b.windowId && g.grantSeq > b.grantSeq) {
       b.grantSeq = g.grantSeq;
       if (g.issued > b.issued) b.issued = g.issued;
+      // A grant sized under an older, higher limit is cut to the one in force.
+      this.trim(b, this.limitOf(g.keyId, g.windowMs));
       if (g.grantSeq > b.exhaustedSeq) b.exhausted = false;
       this.stats.grantsApplied++;
       return true;
@@ -212,7 +216,7 @@ export class LeaseNode {
       if (s !== undefined) this.touch(s);
     }
     // Exhausted: when what is held runs out, deny without asking (until a later grant).
-    if (a.exhausted && a.grantSeq >= b.exhaustedSeq) {
+    if (a.exhausted && a.grantSeq >= b.exhaustedSeq && a.grantSeq >= b.grantSeq) {
       b.exhausted = true;
       b.exhaustedSeq = a.grantSeq;
     }
@@ -265,6 +269,9 @@ export class LeaseNode {
       if (keep) next.push(s);
     }
     this.touched = next;
+    if (this.selfGranted.size > 0 && this.roundNo % 40 === 0) {
+      for (const [mark, end] of this.selfGranted) if (end <= now) this.selfGranted.delete(mark);
+    }
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push({ shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports });
     for (const batch of batches) this.link.publish(batch);
@@ -326,6 +333,11 @@ export class LeaseNode {
       if (b.windowEnd <= now) return;
       if (b.credit > 0) b.released += b.credit;
       this.evicted.push({ shard: shardOf(subject.keyId, b.windowId, this.cfg.shards), report: this.report(subject.keyId, w.windowMs, w.limit, b) });
+      // Credit granted ahead for the next window goes back to that window's owner.
+      if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0) {
+        const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b);
+        this.evicted.push({ shard: shardOf(subject.keyId, b.windowId + 1, this.cfg.shards), report: { ...ahead, released: b.nextIssued, held: 0 } });
+      }
     });
   }
 
@@ -348,14 +360,30 @@ export class LeaseNode {
    */
   private rollBucket(keyId: string, b: Bucket, id: number, windowMs: number, limit: number): void {
     b.roll(id, windowEndMs(id, windowMs, b.offset));
+    // Credit granted ahead under a higher limit is cut to the current one.
+    this.trim(b, limit);
     if (b.issued > 0) return;
     const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
     if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence <= this.cfg.degradedAfterMs) {
+      // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
+      // holdback covers one self-grant per node per window, not one per reload.
+      const mark = `${keyId}|${windowMs}`;
+      if (this.selfGranted.get(mark) === b.windowEnd) return;
+      this.selfGranted.set(mark, b.windowEnd);
       b.selfIssued = Math.floor(limit / Math.max(1, this.link.fleetSize()));
       if (b.selfIssued > 0) {
         b.dirty = true;
         this.stats.selfGrants++;
       }
+    }
+  }
+
+  /** Gives back credit above what `limit` still allows in the window (reported as released). */
+  private trim(b: Bucket, limit: number): void {
+    const excess = b.credit - Math.max(0, limit - b.spent);
+    if (excess > 0) {
+      b.released += excess;
+      b.dirty = true;
     }
   }
 
@@ -419,13 +447,20 @@ export class LeaseNode {
     });
   }
 
-  /** Applies a fast-path answer; a bucket the owner gave nothing is exhausted until a grant arrives. */
+  /**
+   * Applies a fast-path answer. A bucket the owner gave nothing is taken as spent until a grant
+   * arrives: asking again each round would cost more than it wins. (A owner only holding back for a
+   * round tops the bucket up from the next report, which lifts it.)
+   */
   private settle(requests: readonly CreditRequest[], grants: readonly Grant[]): void {
     for (const r of requests) this.heard(shardOf(r.keyId, r.windowId, this.cfg.shards));
     for (const g of grants) this.applyGrant(g);
     for (const r of requests) {
       const b = this.bucketFor(r.keyId, r.windowMs, r.nodeEpoch, r.lease);
-      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0) b.exhausted = true;
+      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0) {
+        b.exhausted = true;
+        b.exhaustedSeq = b.grantSeq;
+      }
     }
   }
 
@@ -468,6 +503,11 @@ export class LeaseNode {
     if (spent !== undefined) return { admitted: false, window: spentName, retryAfterMs: Math.max(0, spent.windowEnd - now), unavailable };
     const wait = short === undefined ? undefined : Math.min(this.cfg.roundMs, Math.max(0, short.windowEnd - now));
     return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable };
+  }
+
+  private limitOf(keyId: string, windowMs: number): number {
+    const w = this.buckets.peek(keyId)?.limits.windows.find((x) => x.windowMs === windowMs);
+    return w === undefined ? Number.POSITIVE_INFINITY : w.limit;
   }
 
   private bucketFor(keyId: string, windowMs: number, nodeEpoch: string, lease: number): Bucket | undefined {

@@ -153,3 +153,47 @@ describe('owner side of F4 and L5', () => {
     expect(o.onCreditRequest(req('a'))).to.not.equal(undefined);
   });
 });
+
+describe('regressions found in review', () => {
+  it('a cut-off node self-grants once per key and window, even if the key is evicted and reloaded', () => {
+    const { link, acquire, node, clock, toBoundary } = setup(10);
+    acquire();
+    link.up = false;
+    clock.advance(50);
+    toBoundary();
+    let admitted = 0;
+    for (let cycle = 0; cycle < 5; cycle++) {
+      for (let i = 0; i < 60; i++) if (acquire().admitted) admitted++;
+      // Push the key out of the map (the cap is 1000 buckets), a round later so it may go.
+      node.endRound();
+      for (let k = 0; k < 1100; k++) node.acquire(`v1:filler${cycle}x${String(k).padStart(14, '0')}`, hourly);
+      expect(node.buckets.peek(KEY)).to.equal(undefined);
+    }
+    expect(node.stats.selfGrants).to.be.at.least(1);
+    expect(admitted).to.equal(50); // one self-grant of 1000 / 20
+  });
+
+  it('after a policy change the old limits are never reported again, so a lower limit holds', () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const big = compilePolicy({ version: 1, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: 100, windowMs: 60_000 }] } } }).limitsFor(KEY, 't');
+    const small = compilePolicy({ version: 2, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: 10, windowMs: 60_000 }] } } }).limitsFor(KEY, 't');
+    const fleet = new FixedFleet(1);
+    const owner = new FoldOwner(ownerConfig(clock, fleet));
+    let node: LeaseNode | undefined;
+    const link = new RecordingLink((reqs) => reqs.map((r) => owner.onCreditRequest(r)).filter((g) => g !== undefined));
+    link.fleet = 1;
+    link.publish = (batch) => {
+      for (const m of owner.onReports(batch)) node!.onMessage(m);
+    };
+    node = new LeaseNode(nodeConfig(), clock, link);
+    let admitted = 0;
+    for (let i = 0; i < 5; i++) if ((node.acquire(KEY, big) as { admitted: boolean }).admitted) admitted++;
+    node.endRound();
+    for (let round = 0; round < 10; round++) {
+      for (let i = 0; i < 10; i++) if ((node.acquire(KEY, small) as { admitted: boolean }).admitted) admitted++;
+      clock.advance(25);
+      node.endRound();
+    }
+    expect(admitted).to.equal(10);
+  });
+});

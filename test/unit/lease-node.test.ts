@@ -204,9 +204,9 @@ describe('lease node: the decision path', () => {
 
   it('ends a round with one batch per touched shard, cumulative spend and the round as seq (B2)', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
-    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 500 }))))(link.answer);
+    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 10 }))))(link.answer);
     const node = makeNode(link);
-    for (let i = 0; i < 30; i++) node.acquire(KEY, free);
+    for (let i = 0; i < 8; i++) node.acquire(KEY, free);
     node.acquire('v1:OTHERKEYOTHERKEYOTHERK', free);
     const batches = node.endRound();
     const reports = batches.flatMap((b) => b.reports);
@@ -214,15 +214,15 @@ describe('lease node: the decision path', () => {
     expect(new Set(batches.map((b) => b.shard)).size).to.equal(batches.length);
     const mine = reports.filter((r) => r.keyId === KEY);
     expect(mine.map((r) => [r.windowMs, r.spent, r.seq, r.selfGrant])).to.have.deep.members([
-      [1000, 30, 0, false],
-      [60_000, 30, 0, false],
+      [1000, 8, 0, false],
+      [60_000, 8, 0, false],
     ]);
-    expect(mine.every((r) => r.demand === 60)).to.equal(true); // 30 requests × 2 rounds of lookahead
+    expect(mine.every((r) => r.demand === 16)).to.equal(true); // 8 requests × 2 rounds of lookahead
     expect(link.published).to.have.length(batches.length);
     // Without traffic a key is reported the first quiet round (its demand halves), then once every
     // 8 rounds while its demand fades, then not at all.
     const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
-    expect(quiet().map((r) => r.demand)).to.deep.equal([15, 15]); // round 1: 7.5/round × 2
+    expect(quiet().map((r) => r.demand)).to.deep.equal([4, 4]); // round 1: 2/round × 2
     for (let round = 2; round < 8; round++) expect(quiet()).to.have.length(0);
     expect(quiet()).to.have.length(2); // round 8
     for (let i = 0; i < 20; i++) node.endRound();
