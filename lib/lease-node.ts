@@ -2,86 +2,16 @@ import type { Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import type { ResolvedLimits } from './policy.js';
+import { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
 import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
 import { windowEndMs, windowIdAt } from './window.js';
 
-/**
- * The node's view of the credit authority (the bus toward the shard owners). Implemented in `bus/`.
- */
-export interface OwnerLink {
-  /**
-   * Asks the owners for credit. Grants come back synchronously when the owner is in this process,
-   * as a promise otherwise that settles with undefined once `deadlineMs` has passed (the hard
-   * fast-path deadline); undefined at once means no owner can be reached. The caller applies them;
-   * late grants also arrive through `onMessage`.
-   */
-  requestCredit(
-    requests: readonly CreditRequest[],
-    deadlineMs: number,
-  ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
-  /** Sends one round's batch for one shard. Never blocks. */
-  publish(batch: ReportBatch): void;
-  /** Tells the fleet this node is alive; once per round. */
-  heartbeat(): void;
-  /** Whether the owner of `shard` answered recently (the transport's heartbeat). */
-  reachable(shard: number): boolean;
-  /** Live fleet size, for the boundary self-grant (F4). */
-  fleetSize(): number;
-}
-
-/** Settings of the node side of the protocol. */
-export interface LeaseNodeConfig {
-  readonly nodeId: string;
-  readonly nodeEpoch: string;
-  readonly shards: number;
-  readonly maxBuckets: number;
-  readonly roundMs: number;
-  readonly fastPathDeadlineMs: number;
-  /** Rounds of demand a request advertises (grants must last until the next top-up lands). */
-  readonly demandRounds: number;
-  /** Rounds without owner contact after which the fast path stops and self-grants may start (F2). */
-  readonly missedRoundsLimit: number;
-  /** Milliseconds without owner contact after which the node is degraded (F5). */
-  readonly degradedAfterMs: number;
-}
+export { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink };
 
 /** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
 const MIN_RATE256 = 1;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
-
-/** A request was admitted: the one shared instance, so the common path allocates nothing. */
-export const ADMITTED = Object.freeze({ admitted: true as const });
-
-/** A request was denied for lack of credit in at least one window. */
-export interface Denied {
-  readonly admitted: false;
-  /** Name of the denying window (the one with the latest boundary among those without credit). */
-  readonly window: string;
-  /** Wait until the latest boundary among windows without credit, or undefined if unknown. */
-  readonly retryAfterMs: number | undefined;
-  /**
-   * True when the node could not decide: out of credit while degraded (F5). The middleware then
-   * treats it as a limiter fault (fail-open, or 503 on a fail-closed route) and the backstop binds.
-   */
-  readonly unavailable: boolean;
-}
-
-/** Outcome of `acquire`. */
-export type Acquired = typeof ADMITTED | Denied;
-
-/** Counters of the node side, read by metrics, the simulator and the benchmark. */
-export interface LeaseNodeStats {
-  fastPath: number;
-  fastPathTimeouts: number;
-  grantsApplied: number;
-  grantsIgnored: number;
-  /** Grants or adjustments from an owner older than one already heard from for that shard (L4). */
-  staleOwnerEpoch: number;
-  adjustsApplied: number;
-  selfGrants: number;
-  reports: number;
-}
 
 /**
  * Node side of the leasing protocol: buckets of leased credit, decremented all-or-nothing across a

@@ -1,0 +1,79 @@
+import type { CreditRequest, Grant, ReportBatch } from './protocol/messages.js';
+
+/*
+ * The node side's contracts: what it needs from a transport (OwnerLink), how it is configured, and
+ * what a decision returns. Kept apart from the state machine in lease-node.ts.
+ */
+
+/**
+ * The node's view of the credit authority (the bus toward the shard owners). Implemented in `bus/`.
+ */
+export interface OwnerLink {
+  /**
+   * Asks the owners for credit. Grants come back synchronously when the owner is in this process,
+   * as a promise otherwise that settles with undefined once `deadlineMs` has passed (the hard
+   * fast-path deadline); undefined at once means no owner can be reached. The caller applies them;
+   * late grants also arrive through `onMessage`.
+   */
+  requestCredit(
+    requests: readonly CreditRequest[],
+    deadlineMs: number,
+  ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
+  /** Sends one round's batch for one shard. Never blocks. */
+  publish(batch: ReportBatch): void;
+  /** Tells the fleet this node is alive; once per round. */
+  heartbeat(): void;
+  /** Whether the owner of `shard` answered recently (the transport's heartbeat). */
+  reachable(shard: number): boolean;
+  /** Live fleet size, for the boundary self-grant (F4). */
+  fleetSize(): number;
+}
+
+/** Settings of the node side of the protocol. */
+export interface LeaseNodeConfig {
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  readonly shards: number;
+  readonly maxBuckets: number;
+  readonly roundMs: number;
+  readonly fastPathDeadlineMs: number;
+  /** Rounds of demand a request advertises (grants must last until the next top-up lands). */
+  readonly demandRounds: number;
+  /** Rounds without owner contact after which the fast path stops and self-grants may start (F2). */
+  readonly missedRoundsLimit: number;
+  /** Milliseconds without owner contact after which the node is degraded (F5). */
+  readonly degradedAfterMs: number;
+}
+
+/** A request was admitted: the one shared instance, so the common path allocates nothing. */
+export const ADMITTED = Object.freeze({ admitted: true as const });
+
+/** A request was denied for lack of credit in at least one window. */
+export interface Denied {
+  readonly admitted: false;
+  /** Name of the denying window (the one with the latest boundary among those without credit). */
+  readonly window: string;
+  /** Wait until the latest boundary among windows without credit, or undefined if unknown. */
+  readonly retryAfterMs: number | undefined;
+  /**
+   * True when the node could not decide: out of credit while degraded (F5). The middleware then
+   * treats it as a limiter fault (fail-open, or 503 on a fail-closed route) and the backstop binds.
+   */
+  readonly unavailable: boolean;
+}
+
+/** Outcome of `acquire`. */
+export type Acquired = typeof ADMITTED | Denied;
+
+/** Counters of the node side, read by metrics, the simulator and the benchmark. */
+export interface LeaseNodeStats {
+  fastPath: number;
+  fastPathTimeouts: number;
+  grantsApplied: number;
+  grantsIgnored: number;
+  /** Grants or adjustments from an owner older than one already heard from for that shard (L4). */
+  staleOwnerEpoch: number;
+  adjustsApplied: number;
+  selfGrants: number;
+  reports: number;
+}
