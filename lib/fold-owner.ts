@@ -105,11 +105,8 @@ export class FoldOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined {
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
-    lease.spent = Math.max(lease.spent, req.spent);
-    lease.selfIssued = Math.max(lease.selfIssued, req.selfIssued);
-    lease.released = Math.max(lease.released, req.released);
+    this.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
-    this.noteSelfGrant(req.nodeId, req.selfIssued > 0);
     if (this.withheld(req.nodeId)) return undefined;
     const pool = this.available(ledger, false);
     // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
@@ -149,7 +146,7 @@ export class FoldOwner {
         if (amount > 0) {
           this.outbox.push(this.issue(ledger, lease, amount));
           this.announceExhausted(ledger);
-          if (lease.spent === 0 && lease.grantSeq === 1 && r.spent === 0) this.stats.preGrants++;
+          if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
         } else this.recall(ledger, lease);
       }
     }
@@ -239,21 +236,24 @@ export class FoldOwner {
       return false;
     }
     lease.seq = r.seq;
-    lease.spent = Math.max(lease.spent, r.spent);
     // What the node says it was issued counts too: a grant this owner's ledger missed (an earlier
     // owner's, or one from before the ledger was swept) is still committed.
     lease.issued = Math.max(lease.issued, r.issued);
-    lease.selfIssued = Math.max(lease.selfIssued, r.selfIssued);
-    lease.released = Math.max(lease.released, r.released);
+    this.absorb(nodeId, lease, r, r.selfGrant);
     lease.demand = r.demand;
-    this.noteSelfGrant(nodeId, r.selfGrant);
     this.stats.reportsMerged++;
     return true;
   }
 
-  /** The first time a node's self_grant flag is seen, grants to it are withheld for a round (F4). */
-  private noteSelfGrant(nodeId: string, flagged: boolean): void {
-    if (flagged && !this.selfGrantSeen.has(nodeId)) this.selfGrantSeen.set(nodeId, this.cfg.clock.monotonic());
+  /**
+   * Takes a lease's cumulative counts from a request or a report (max: duplicates and reorders change
+   * nothing). The first time a node's self_grant flag is seen, grants to it are withheld a round (F4).
+   */
+  private absorb(nodeId: string, lease: Lease, c: { spent: number; selfIssued: number; released: number }, selfGrant: boolean): void {
+    lease.spent = Math.max(lease.spent, c.spent);
+    lease.selfIssued = Math.max(lease.selfIssued, c.selfIssued);
+    lease.released = Math.max(lease.released, c.released);
+    if (selfGrant && !this.selfGrantSeen.has(nodeId)) this.selfGrantSeen.set(nodeId, this.cfg.clock.monotonic());
   }
 
   /**

@@ -93,8 +93,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   }, cfg.roundMs);
   timer.unref();
 
-  const routeClassOf =
-    typeof cfg.routeClass === 'string' ? () => cfg.routeClass as string : (req: Request) => (cfg.routeClass as (r: Request) => string)(req);
+  const fixedClass = cfg.routeClass;
+  const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
 
   function handler(req: Request, res: Response, next: NextFunction): void {
     let keyId: string | undefined;
