@@ -1,4 +1,4 @@
-import { Bucket } from './bucket.js';
+import { Bucket, Exhaustion } from './bucket.js';
 import type { ResolvedLimits } from './policy.js';
 import { phaseOffset } from './window.js';
 
@@ -11,6 +11,8 @@ export class Subject {
   listed = false;
   /** Dropped from the map (its final report is already queued). */
   evicted = false;
+  /** A fast-path ask across the network in flight: requests arriving meanwhile wait for its answer. */
+  asking: Promise<void> | undefined = undefined;
 
   /**
    * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;
@@ -28,7 +30,7 @@ export class Subject {
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;
-      kept.exhausted = false;
+      kept.exhausted = Exhaustion.None;
       // Or shrunk: credit above the new limit is given back at once (reported at the round's end).
       const excess = kept.credit - Math.max(0, w.limit - kept.spent);
       if (excess > 0) {

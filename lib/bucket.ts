@@ -1,3 +1,12 @@
+/** Why a bucket stopped asking its owner (a small integer, so the bucket stays compact). */
+export const enum Exhaustion {
+  None = 0,
+  /** The owner answered a fast path with nothing (it may only be holding back for a round). */
+  Dry = 1,
+  /** The owner said the window has nothing left for this lease. */
+  Spent = 2,
+}
+
 /**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
  * issued plus any boundary self-grant, minus what was spent and released; every count only grows
@@ -33,8 +42,11 @@ export class Bucket {
   reportedRound = -1;
   /** Round in which the fast path was last taken (at most once per round). */
   fastRound = -1;
-  /** The owner said this window has nothing left for us: no fast path until a later grant arrives. */
-  exhausted = false;
+  /**
+   * No fast path until a later grant arrives: the owner's answer was nothing (`Exhaustion.Dry`), or it
+   * said this window has nothing left for us (`Exhaustion.Spent`, which names the window in denials).
+   */
+  exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */
   exhaustedSeq = 0;
   /** Must be reported at the end of the round even without requests (recall, self-grant). */
@@ -68,7 +80,7 @@ export class Bucket {
     this.spent = 0;
     this.released = 0;
     this.fastRound = -1;
-    this.exhausted = false;
+    this.exhausted = Exhaustion.None;
     this.exhaustedSeq = 0;
   }
 

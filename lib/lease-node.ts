@@ -1,4 +1,4 @@
-import type { Bucket } from './bucket.js';
+import { Exhaustion, type Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import type { ResolvedLimits } from './policy.js';
@@ -118,7 +118,7 @@ export class LeaseNode {
       if (g.issued > b.issued) b.issued = g.issued;
       // A grant sized under an older, higher limit is cut to the one in force.
       this.trim(b, this.limitOf(g.keyId, g.windowMs));
-      if (g.grantSeq > b.exhaustedSeq) b.exhausted = false;
+      if (g.grantSeq > b.exhaustedSeq) b.exhausted = Exhaustion.None;
       this.stats.grantsApplied++;
       return true;
     }
@@ -147,7 +147,7 @@ export class LeaseNode {
     }
     // Exhausted: when what is held runs out, deny without asking (until a later grant).
     if (a.exhausted && a.grantSeq >= b.exhaustedSeq && a.grantSeq >= b.grantSeq) {
-      b.exhausted = true;
+      b.exhausted = Exhaustion.Spent;
       b.exhaustedSeq = a.grantSeq;
     }
     this.stats.adjustsApplied++;
@@ -327,6 +327,8 @@ export class LeaseNode {
   }
 
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
+    // An ask for this key is on its way: share its answer instead of being denied by D2's once per round.
+    if (subject.asking !== undefined) return subject.asking.then(() => this.recheck(subject, cost));
     const windows = subject.limits.windows;
     const requests: CreditRequest[] = [];
     // A short window that cannot ask now dooms this request, but the others still ask (once per
@@ -340,7 +342,7 @@ export class LeaseNode {
       if (silence > this.cfg.degradedAfterMs) return this.deny(subject, cost, true);
       // F2: two missed rounds — no fast path, enforce with what is held. D2: once per bucket per
       // round. And no asking when the owner said the window has nothing left for us.
-      if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || b.fastRound === this.roundNo || b.exhausted) {
+      if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || b.fastRound === this.roundNo || b.exhausted !== Exhaustion.None) {
         blocked = true;
         continue;
       }
@@ -370,25 +372,28 @@ export class LeaseNode {
       this.settle(requests, answer);
       return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     }
-    return answer.then((grants) => {
+    const settled = answer.then((grants) => {
+      subject.asking = undefined;
       if (grants === undefined) this.stats.fastPathTimeouts++;
       else this.settle(requests, grants);
-      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     });
+    subject.asking = settled;
+    return settled.then(() => (blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost)));
   }
 
   /**
-   * Applies a fast-path answer. A bucket the owner gave nothing is taken as spent until a grant
-   * arrives: asking again each round would cost more than it wins. (A owner only holding back for a
-   * round tops the bucket up from the next report, which lifts it.)
+   * Applies a fast-path answer. A bucket the owner gave nothing stops asking until a grant arrives:
+   * asking again each round would cost more than it wins (an owner only holding back for a round tops
+   * the bucket up from the next report). Its denials say "one round", not "until the window ends":
+   * only the owner's exhaustion notice says the window is spent.
    */
   private settle(requests: readonly CreditRequest[], grants: readonly Grant[]): void {
     for (const r of requests) this.heard(shardOf(r.keyId, r.windowId, this.cfg.shards));
     for (const g of grants) this.applyGrant(g);
     for (const r of requests) {
       const b = this.bucketFor(r.keyId, r.windowMs, r.nodeEpoch, r.lease);
-      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0) {
-        b.exhausted = true;
+      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0 && b.exhausted === Exhaustion.None) {
+        b.exhausted = Exhaustion.Dry;
         b.exhaustedSeq = b.grantSeq;
       }
     }
@@ -421,7 +426,7 @@ export class LeaseNode {
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
       if (b.credit >= cost) return;
-      if (b.exhausted && (spent === undefined || b.windowEnd > spent.windowEnd)) {
+      if (b.exhausted === Exhaustion.Spent && (spent === undefined || b.windowEnd > spent.windowEnd)) {
         spent = b;
         spentName = w.name;
       } else if (short === undefined) {

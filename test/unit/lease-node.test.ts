@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
+import type { OwnerMessage } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { demoPolicy } from '../support/fixtures.js';
 import { grantFor, RecordingLink } from '../support/links.js';
@@ -16,14 +17,22 @@ function makeNode(link: RecordingLink, clock = new FakeClock()): LeaseNode {
 }
 
 /** A link whose owner grants exactly what each request asks for up to `caps` (per window length). */
-function grantingLink(caps: Record<number, number>): RecordingLink {
+/**
+ * An owner with `caps` credit per window length. With `notify`, a window it has nothing left for is
+ * also announced as exhausted, as a FoldOwner does (its Adjust reaches the node before the answer).
+ */
+function grantingLink(caps: Record<number, number>, notify?: (m: OwnerMessage) => void): RecordingLink {
   const issued = new Map<string, { n: number; seq: number }>();
   return new RecordingLink((reqs) =>
     reqs.flatMap((r) => {
       const k = `${r.windowMs}|${r.windowId}`;
       const s = issued.get(k) ?? { n: 0, seq: 0 };
       const amount = Math.min(r.need, (caps[r.windowMs] ?? 0) - s.n);
-      if (amount <= 0) return [];
+      if (amount <= 0) {
+        const { type: _, issued: __, ...ref } = grantFor(r, s.n, s.seq);
+        notify?.({ ...ref, type: 'adjust', keep: -1, exhausted: true });
+        return [];
+      }
       s.n += amount;
       s.seq++;
       issued.set(k, s);
@@ -112,19 +121,33 @@ describe('lease node: the decision path', () => {
     const sustEnd = (now: number) => windowEndMs(windowIdAt(now, 60_000, phaseOffset(KEY, 60_000)), 60_000, phaseOffset(KEY, 60_000));
 
     it('only the burst window is short: wait to the burst boundary', () => {
-      const node = makeNode(grantingLink({ 1000: 0, 60_000: 100 }), clock);
+      let node: LeaseNode | undefined;
+      node = makeNode(grantingLink({ 1000: 0, 60_000: 100 }, (m) => node!.onMessage(m)), clock);
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('burst');
       expect(r.retryAfterMs).to.equal(burstEnd(clock.now()) - clock.now());
     });
 
     it('both windows short: wait to the later (sustained) boundary, not the one checked first', () => {
-      const node = makeNode(grantingLink({ 1000: 0, 60_000: 0 }), clock);
+      let node: LeaseNode | undefined;
+      node = makeNode(grantingLink({ 1000: 0, 60_000: 0 }, (m) => node!.onMessage(m)), clock);
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('sustained');
       expect(r.retryAfterMs).to.equal(sustEnd(clock.now()) - clock.now());
       expect(r.retryAfterMs).to.be.above(burstEnd(clock.now()) - clock.now() - 1);
     });
+  });
+
+  it('an answer of nothing without an exhaustion notice (the owner holding back) says retry next round, and asks no more until a grant', () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const link = grantingLink({ 1000: 0, 60_000: 100 });
+    const node = makeNode(link, clock);
+    const r = node.acquire(KEY, free) as Denied;
+    expect(r.window).to.equal('burst');
+    expect(r.retryAfterMs).to.be.at.most(25);
+    node.endRound();
+    expect((node.acquire(KEY, free) as Denied).retryAfterMs).to.be.at.most(25);
+    expect(link.requests).to.have.length(1);
   });
 
   it('a window short only here (its ask for this round is spent) says retry next round, not at its end', () => {
