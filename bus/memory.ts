@@ -1,8 +1,8 @@
 import type { Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
-import { fnv1a32 } from '../lib/hash.js';
 import type { OwnerLink } from '../lib/lease-node.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
+import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
 /** Delays a delivery; the simulator's event queue implements it on a virtual clock. */
@@ -135,15 +135,7 @@ export class MemoryBus implements Bus {
     const replay = new Map<string, LogEntry[]>();
     for (let s = 0; s < this.opts.shards; s++) {
       const before = this.ownerOfShard[s];
-      let best = ids[0]!;
-      let bestScore = -1;
-      for (const id of ids) {
-        const score = fnv1a32(`${s}/${id}`);
-        if (score > bestScore) {
-          best = id;
-          bestScore = score;
-        }
-      }
+      const best = rendezvousOwner(s, ids)!;
       this.ownerOfShard[s] = best;
       if (before !== best || best === changed) {
         this.epochs[s] = (this.epochs[s] ?? 0) + 1;

@@ -13,6 +13,8 @@ export interface CreditOwner {
   takeOutbox(): OwnerMessage[];
   /** Rebuilds ledgers from a shard's retained log (a restarted or new owner), before serving it. */
   replay(entries: readonly LogEntry[]): void;
+  /** A checkpoint of one shard's ledgers as log entries, so the log behind it can be trimmed. */
+  snapshot(shard: number): LogEntry[];
 }
 
 /** Identity of a connected node process. */
@@ -36,6 +38,8 @@ export interface Bus {
   ownerEpoch(shard: number): number;
   /** Number of nodes in the fleet. */
   fleetSize(): number;
+  /** Settles once the node can reach every shard's owner (immediately for the in-memory bus). */
+  ready?(): Promise<void>;
   /** Stops delivery; idempotent. */
   close(): Promise<void>;
 }

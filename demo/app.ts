@@ -1,5 +1,6 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
+import type { RedisConnectionOptions } from '../bus/redis.js';
 import type { Clock } from '../lib/clock.js';
 import type { HashKeyVersion } from '../lib/key-id.js';
 import { KeyHasher } from '../lib/key-id.js';
@@ -19,6 +20,10 @@ export interface DemoOptions {
   nodeId?: string;
   /** Adds draft-10 RateLimit headers. */
   rateLimitHeaders?: boolean;
+  /** Join a fleet over Redis; without it the gateway is a fleet of one in memory. */
+  redis?: RedisConnectionOptions;
+  /** Owner silence before degraded mode (F5), ms. */
+  degradedAfterMs?: number;
 }
 
 /** Route class of a demo request: `/public/*` anonymous, `/api/payments*` fail-closed, else default. */
@@ -46,12 +51,14 @@ export function createDemoApp(opts: DemoOptions): { app: Express; limiter: RateL
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
+    ...(opts.redis ? { redis: opts.redis } : {}),
+    ...(opts.degradedAfterMs ? { degradedAfterMs: opts.degradedAfterMs } : {}),
   });
 
   const app = express();
   app.disable('x-powered-by');
   app.get('/healthz', (_req, res) => {
-    res.json({ status: 'ok' });
+    res.json({ status: 'ok', degraded: limiter.node.degraded });
   });
   app.use(
     backstop({

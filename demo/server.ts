@@ -1,34 +1,64 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
+import type { RedisConnectionOptions } from '../bus/redis.js';
 import { ConfigError } from '../lib/errors.js';
 import { createDemoApp } from './app.js';
 
 /**
- * `npm start`: the demo gateway as a fleet of one, in memory. Environment: PORT (3000),
- * POLICY_FILE (demo/policy.json), KEY_HASH_SECRET (random per process if unset), LOG_LEVEL (info).
+ * `npm start`: the demo gateway. Without REDIS_URL, a fleet of one in memory. With REDIS_URL (or
+ * REDIS_CLUSTER_NODES), one node of a fleet sharing every allowance over Redis; then KEY_HASH_SECRET
+ * and BUS_SECRET must be set, the same on every node. Environment: PORT (3000), NODE_ID
+ * (hostname-pid), POLICY_FILE (demo/policy.json), REDIS_PREFIX (frl), DEGRADED_AFTER_MS (30000),
+ * LOG_LEVEL (info). The server listens once the node reaches every shard's owner.
  */
-const logger = pino({ name: 'demo-gateway', level: process.env.LOG_LEVEL ?? 'info' });
-const port = Number(process.env.PORT ?? 3000);
-const configFile = process.env.POLICY_FILE ?? fileURLToPath(new URL('../../demo/policy.json', import.meta.url));
-const secret = process.env.KEY_HASH_SECRET ?? randomBytes(32).toString('base64url');
+const env = process.env;
+const logger = pino({ name: 'demo-gateway', level: env.LOG_LEVEL ?? 'info' });
+const port = Number(env.PORT ?? 3000);
+const configFile = env.POLICY_FILE ?? fileURLToPath(new URL('../../demo/policy.json', import.meta.url));
+const clusterNodes = env.REDIS_CLUSTER_NODES ? env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) : undefined;
+const shared = env.REDIS_URL !== undefined || clusterNodes !== undefined;
+
+function fail(message: string): never {
+  process.stderr.write(`demo gateway: ${message}\n`);
+  process.exit(1);
+}
+
+if (shared && !env.KEY_HASH_SECRET) fail('KEY_HASH_SECRET must be set (the same on every node) when REDIS_URL is set');
+if (shared && !env.BUS_SECRET) fail('BUS_SECRET must be set (the same on every node) when REDIS_URL is set');
+const secret = env.KEY_HASH_SECRET ?? randomBytes(32).toString('base64url');
+const redis: RedisConnectionOptions | undefined = shared
+  ? {
+      ...(clusterNodes ? { clusterNodes } : { url: env.REDIS_URL as string }),
+      ...(env.REDIS_PREFIX ? { prefix: env.REDIS_PREFIX } : {}),
+      busSecret: { versions: [{ version: 'b1', secret: env.BUS_SECRET as string }] },
+    }
+  : undefined;
 
 try {
-  const { app, limiter } = createDemoApp({ configFile, keyHash: { versions: [{ version: 'v1', secret }] }, logger, rateLimitHeaders: true });
+  const { app, limiter } = createDemoApp({
+    configFile,
+    keyHash: { versions: [{ version: 'v1', secret }] },
+    logger,
+    rateLimitHeaders: true,
+    ...(env.NODE_ID ? { nodeId: env.NODE_ID } : {}),
+    ...(redis ? { redis } : {}),
+    ...(env.DEGRADED_AFTER_MS ? { degradedAfterMs: Number(env.DEGRADED_AFTER_MS) } : {}),
+  });
+  const timeout = setTimeout(() => fail('could not reach every shard owner over Redis within 15 s; is REDIS_URL right?'), 15_000);
+  await limiter.ready();
+  clearTimeout(timeout);
   const server = app.listen(port, () => {
-    logger.info({ port, configFile }, `demo gateway listening on http://127.0.0.1:${port}`);
+    logger.info({ port, configFile, fleet: shared ? 'redis' : 'memory' }, `demo gateway listening on http://127.0.0.1:${port}`);
     process.stdout.write(`\n  Demo gateway: http://127.0.0.1:${port}\n  Try: curl -i -H 'x-api-key: demo-free' http://127.0.0.1:${port}/api/hello\n\n`);
   });
   const stop = (): void => {
     server.close();
-    void limiter.close();
+    void limiter.close().then(() => process.exit(0));
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
 } catch (err) {
-  if (err instanceof ConfigError) {
-    process.stderr.write(`demo gateway: ${configFile} is not valid:\n${err.problems.map((p) => `  - ${p.path}: ${p.message}`).join('\n')}\n`);
-    process.exit(1);
-  }
+  if (err instanceof ConfigError) fail(`invalid configuration (${configFile}):\n${err.problems.map((p) => `  - ${p.path}: ${p.message}`).join('\n')}`);
   throw err;
 }

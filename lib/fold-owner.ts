@@ -163,7 +163,12 @@ export class FoldOwner {
       if (e.kind === 'report') {
         for (const r of e.batch.reports) {
           const l = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
-          this.merge(e.batch.nodeId, this.leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease), r);
+          const lease = this.leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
+          // Counts are cumulative: even a report no newer than what is known adds what it knows.
+          if (!this.merge(e.batch.nodeId, lease, r)) {
+            lease.issued = Math.max(lease.issued, r.issued);
+            this.absorb(e.batch.nodeId, lease, r, r.selfGrant);
+          }
         }
         continue;
       }
@@ -175,6 +180,43 @@ export class FoldOwner {
       // Until a report or request states the allowance, nothing more is issued for this window.
       l.allowance = Math.max(l.allowance, committed(l));
     }
+  }
+
+  /**
+   * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease): what a
+   * later owner replays instead of the whole log behind it. `replay(snapshot(s))` restores them.
+   */
+  snapshot(shard: number): LogEntry[] {
+    const entries: LogEntry[] = [];
+    const batches = new Map<string, { nodeId: string; nodeEpoch: string; reports: Report[] }>();
+    for (const list of this.ledgers.values()) {
+      for (const l of list) {
+        if (this.cfg.shardOf(l.keyId, l.windowId) !== shard) continue;
+        for (const lease of l.leases) {
+          if (lease.grantSeq > 0) entries.push({ kind: 'grant', grant: this.restate(l, lease) });
+          const key = `${lease.nodeId}|${lease.nodeEpoch}`;
+          let b = batches.get(key);
+          if (b === undefined) batches.set(key, (b = { nodeId: lease.nodeId, nodeEpoch: lease.nodeEpoch, reports: [] }));
+          b.reports.push({
+            keyId: l.keyId,
+            windowId: l.windowId,
+            windowMs: l.windowMs,
+            limit: l.allowance,
+            lease: lease.lease,
+            seq: lease.seq,
+            spent: lease.spent,
+            issued: lease.issued,
+            selfIssued: lease.selfIssued,
+            released: lease.released,
+            demand: lease.demand,
+            held: Math.max(0, held(lease)),
+            selfGrant: lease.selfIssued > 0,
+          });
+        }
+      }
+    }
+    for (const b of batches.values()) entries.push({ kind: 'report', batch: { shard, round: 0, ...b } });
+    return entries;
   }
 
   /** Messages produced for other nodes (recalls, notices) since the last call. */

@@ -3,6 +3,8 @@ import { hostname } from 'node:os';
 import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
+import { EnvelopeCodec } from '../bus/codec.js';
+import type { RedisConnectionOptions } from '../bus/redis.js';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { ConfigError, PolicyError, type Problem } from '../lib/errors.js';
@@ -39,6 +41,11 @@ export interface RateLimiterOptions {
   nodeId?: string;
   /** Bus between nodes and shard owners. @default an in-memory bus: a fleet of one */
   bus?: Bus;
+  /**
+   * Join a fleet over Redis (Streams, pub/sub, one Lua script) instead: the limiter creates the bus,
+   * waits for it in `ready()`, and closes it in `close()`. Exclusive with `bus`; needs `keyHash`.
+   */
+  redis?: RedisConnectionOptions;
   /** Number of key shards (one bus stream each). @default 64 */
   shards?: number;
   /** Bucket map cap per node. @default 50000 */
@@ -73,6 +80,7 @@ export interface Config {
   readonly keyHash: { readonly versions: readonly HashKeyVersion[]; readonly current?: string };
   readonly nodeId: string;
   readonly bus: Bus | undefined;
+  readonly redis: RedisConnectionOptions | undefined;
   readonly shards: number;
   readonly maxBuckets: number;
   readonly roundMs: number;
@@ -100,6 +108,23 @@ const schema = Joi.object({
   }),
   nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/).default(() => `${hostname()}-${process.pid}`),
   bus: Joi.object(),
+  redis: Joi.object({
+    url: Joi.string().uri({ scheme: ['redis', 'rediss'] }),
+    clusterNodes: Joi.array().items(Joi.string().uri({ scheme: ['redis', 'rediss'] })).min(1),
+    username: Joi.string(),
+    password: Joi.string(),
+    tls: Joi.alternatives(Joi.boolean(), Joi.object()),
+    prefix: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,64}$/),
+    busSecret: Joi.object({
+      versions: Joi.array()
+        .items(Joi.object({ version: Joi.string().required(), secret: Joi.alternatives(Joi.string(), Joi.binary()).required() }))
+        .min(1)
+        .required(),
+      current: Joi.string(),
+    }).required(),
+    snapshotMs: Joi.number().integer().min(100).max(60_000),
+    maxStreamLength: Joi.number().integer().min(1000),
+  }).oxor('url', 'clusterNodes'),
   shards: Joi.number().integer().min(1).max(4096).default(64),
   maxBuckets: Joi.number().integer().min(16).default(50_000),
   roundMs: Joi.number().integer().min(5).max(1000).default(25),
@@ -112,7 +137,7 @@ const schema = Joi.object({
   trustedProxyHops: Joi.number().integer().min(0).max(16).default(0),
   logger: Joi.object(),
   clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
-});
+}).oxor('bus', 'redis');
 
 /**
  * Validates options once into a frozen `Config`. Throws a `ConfigError` listing every problem,
@@ -132,8 +157,17 @@ export function parseOptions(options: unknown): Config {
       problems.push(...err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })));
     }
   }
-  if (value?.bus !== undefined && value?.keyHash === undefined) {
+  if ((value?.bus !== undefined || value?.redis !== undefined) && value?.keyHash === undefined) {
     problems.push({ path: 'keyHash', message: 'is required with a shared bus: every node must derive the same key ids' });
+  }
+  const busSecret = (options as { redis?: { busSecret?: { versions?: unknown; current?: string } } } | undefined)?.redis?.busSecret;
+  if (Array.isArray(busSecret?.versions) && !error?.details.some((d) => d.path[0] === 'redis')) {
+    try {
+      new EnvelopeCodec(busSecret.versions as [], busSecret.current);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems.map((p) => ({ path: `redis.${p.path}`, message: p.message })));
+    }
   }
   const keyHash = (options as { keyHash?: { versions?: unknown; current?: string } } | undefined)?.keyHash;
   if (Array.isArray(keyHash?.versions)) {
@@ -153,6 +187,7 @@ export function parseOptions(options: unknown): Config {
     identify: o.identify,
     routeClass: o.routeClass ?? value.routeClass,
     bus: o.bus,
+    redis: o.redis,
     logger: o.logger,
     clock: o.clock ?? systemClock,
     keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },

@@ -2,12 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
+import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, LeaseNode } from '../lib/lease-node.js';
+import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
 import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
@@ -41,7 +43,14 @@ export interface RateLimiterMiddleware extends RequestHandler {
    * `RangeError` for a version not above the current one; either way nothing changes.
    */
   updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
-  /** Stops the round timer and the bus it created; idempotent. */
+  /** The bus between this node and the shard owners. */
+  readonly bus: Bus;
+  /**
+   * Settles once every shard has a reachable owner (at once in memory; with `redis`, after the first
+   * control rounds). Start accepting traffic after it: until then first sights of keys are denied.
+   */
+  ready(): Promise<void>;
+  /** Stops the round timer and the bus it created (leaving the fleet cleanly); idempotent. */
   close(): Promise<void>;
 }
 
@@ -58,7 +67,11 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   const nodeEpoch = randomUUID();
   const ownBus = cfg.bus === undefined;
-  const bus = cfg.bus ?? new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock });
+  const bus: Bus =
+    cfg.bus ??
+    (cfg.redis !== undefined
+      ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger })
+      : new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock }));
   const { node, owner } = joinFleet(
     bus,
     {
@@ -223,6 +236,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     node,
     hasher,
     stats,
+    bus,
+    ready: () => bus.ready?.() ?? Promise.resolve(),
     policy: () => policy,
     updatePolicy(doc: PolicyDoc | CompiledPolicy): void {
       const next = doc instanceof CompiledPolicy ? doc : compilePolicy(doc);

@@ -1,0 +1,243 @@
+import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { ConfigError } from '../lib/errors.js';
+import type { LogEntry } from '../lib/protocol/log.js';
+import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
+
+/*
+ * Envelopes of the Redis bus (B3). Every entry and message is `{v, kid, t, b, mac}`: schema version,
+ * bus-secret version, type, body (a JSON string) and an HMAC-SHA-256 over `v`, `t` and `b` under
+ * secret `kid`. Bodies are compact: records are arrays in a fixed field order. A peer one release
+ * newer may append fields to a record or add keys to a body; they are ignored. An unknown schema
+ * version, an unknown secret version, a bad MAC or any bad field rejects the whole envelope: nothing
+ * of it is applied. The decoder is hand-written because it runs for every bus entry (joi costs ~10×).
+ */
+
+/** Schema version written by this release. */
+export const SCHEMA_VERSION = 1;
+
+/** One version of the bus secret. */
+export interface BusSecretVersion {
+  /** Label carried in every envelope, e.g. `b1`. */
+  readonly version: string;
+  /** HMAC secret, at least 16 bytes. */
+  readonly secret: string | Buffer;
+}
+
+/** Why an envelope was rejected; counted per reason. */
+export type RejectReason = 'version' | 'secret' | 'mac' | 'malformed';
+
+/** A rejected envelope: `reason` for counting, `message` names the bad field. */
+export class EnvelopeError extends Error {
+  constructor(
+    readonly reason: RejectReason,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EnvelopeError';
+  }
+}
+
+/** Bodies by envelope type. */
+export interface Bodies {
+  /** A node's round batch for one shard (shard stream, read by the owner's consumer group). */
+  reports: ReportBatch;
+  /** Grants an owner issued, logged to the shard's log stream for a later owner's replay. */
+  grants: { shard: number; grants: Grant[] };
+  /** An owner's checkpoint of a shard: its ledgers as grants and reports, replayed like the log. */
+  snapshot: { shard: number; entries: LogEntry[] };
+  /** A fast-path request to a shard owner. */
+  ask: { id: number; nodeId: string; nodeEpoch: string; requests: CreditRequest[] };
+  /** Owner messages to one node; `re` names the ask they answer, 0 for none. */
+  messages: { re: number; nodeId: string; messages: OwnerMessage[] };
+}
+
+export type EnvelopeType = keyof Bodies;
+
+/** A decoded, verified envelope. */
+export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[EnvelopeType];
+
+/** Flat fields of an envelope, as stored in a stream entry or serialised for pub/sub. */
+export interface EnvelopeFields {
+  v: string;
+  kid: string;
+  t: string;
+  b: string;
+  mac: string;
+}
+
+// ---- field readers: each names the offending path ---------------------------------------------
+
+type Reader<T> = (v: unknown, path: string) => T;
+
+function bad(path: string, what: string): never {
+  throw new EnvelopeError('malformed', `${path}: ${what}`);
+}
+
+const ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const str: Reader<string> = (v, p) => (typeof v === 'string' && ID.test(v) ? v : bad(p, 'must be an id string (1-128 of A-Z a-z 0-9 _ . : -)'));
+const uint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : bad(p, 'must be a non-negative integer'));
+const int: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : bad(p, 'must be an integer'));
+const posint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : bad(p, 'must be a positive integer'));
+const num: Reader<number> = (v, p) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : bad(p, 'must be a non-negative number'));
+const bool: Reader<boolean> = (v, p) => (v === 0 || v === 1 ? v === 1 : bad(p, 'must be 0 or 1'));
+
+/** A record's fields in wire order; the encoder writes them as an array, the decoder reads them back. */
+type Fields<T> = ReadonlyArray<readonly [keyof T & string, Reader<unknown>]>;
+
+function record<T>(fields: Fields<T>): { encode: (x: T) => unknown[]; decode: Reader<T> } {
+  return {
+    encode: (x) => fields.map(([k, r]) => (r === bool ? (x[k] ? 1 : 0) : x[k])),
+    decode: (v, p) => {
+      if (!Array.isArray(v) || v.length < fields.length) bad(p, `must be an array of at least ${fields.length} fields`);
+      const out: Record<string, unknown> = {};
+      // Trailing elements are fields of a newer release: ignored.
+      for (let i = 0; i < fields.length; i++) out[fields[i]![0]] = fields[i]![1](v[i], `${p}.${fields[i]![0]}`);
+      return out as T;
+    },
+  };
+}
+
+function list<T>(r: Reader<T>, max = 100_000): Reader<T[]> {
+  return (v, p) => {
+    if (!Array.isArray(v) || v.length > max) bad(p, `must be an array of at most ${max} items`);
+    return v.map((x, i) => r(x, `${p}[${i}]`));
+  };
+}
+
+function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
+  return (v, p) => {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(p, 'must be an object');
+    const out: Record<string, unknown> = {};
+    // Keys not listed are a newer release's: ignored.
+    for (const k of Object.keys(fields)) out[k] = (fields as Record<string, Reader<unknown>>)[k]!((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
+    return out as T;
+  };
+}
+
+const reportRec = record<Report>([
+  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['limit', uint], ['lease', uint], ['seq', int],
+  ['spent', uint], ['issued', uint], ['selfIssued', uint], ['released', uint], ['demand', num], ['held', num], ['selfGrant', bool],
+]);
+const grantRec = record<Omit<Grant, 'type'>>([
+  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
+  ['ownerEpoch', posint], ['grantSeq', posint], ['issued', uint],
+]);
+const adjustRec = record<Omit<Adjust, 'type'>>([
+  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
+  ['ownerEpoch', posint], ['keep', int], ['exhausted', bool], ['grantSeq', uint],
+]);
+const requestRec = record<CreditRequest>([
+  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['limit', uint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
+  ['spent', uint], ['selfIssued', uint], ['released', uint], ['need', uint], ['demand', num], ['fastPath', bool],
+]);
+
+const decodeGrant: Reader<Grant> = (v, p) => ({ type: 'grant', ...grantRec.decode(v, p) });
+const decodeMessage: Reader<OwnerMessage> = (v, p) => {
+  if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
+  return v[0] === 'g' ? decodeGrant(v[1], `${p}.grant`) : { type: 'adjust', ...adjustRec.decode(v[1], `${p}.adjust`) };
+};
+const encodeMessage = (m: OwnerMessage): unknown[] => (m.type === 'grant' ? ['g', grantRec.encode(m)] : ['a', adjustRec.encode(m)]);
+
+const batchFields = { shard: uint, nodeId: str, nodeEpoch: str, round: uint, reports: list(reportRec.decode) };
+const decodeBatch = object<ReportBatch>(batchFields);
+const decodeEntry: Reader<LogEntry> = (v, p) => {
+  if (!Array.isArray(v) || (v[0] !== 'r' && v[0] !== 'g')) bad(p, 'must be ["r", batch] or ["g", grant]');
+  return v[0] === 'r' ? { kind: 'report', batch: decodeBatch(v[1], `${p}.batch`) } : { kind: 'grant', grant: decodeGrant(v[1], `${p}.grant`) };
+};
+const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
+
+const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
+  reports: decodeBatch,
+  grants: object({ shard: uint, grants: list(decodeGrant) }),
+  snapshot: object({ shard: uint, entries: list(decodeEntry) }),
+  ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
+  messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
+};
+
+const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
+  reports: encodeBatch,
+  grants: (b) => ({ shard: b.shard, grants: b.grants.map(grantRec.encode) }),
+  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', grantRec.encode(e.grant)])) }),
+  ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
+  messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
+};
+
+/**
+ * Seals and opens envelopes with the bus secret. Writes under the current version; accepts any
+ * retained version, so the secret can be rotated one node at a time.
+ */
+export class EnvelopeCodec {
+  private readonly keys: ReadonlyMap<string, KeyObject>;
+  readonly current: string;
+
+  constructor(versions: readonly BusSecretVersion[], current?: string) {
+    const problems: Array<{ path: string; message: string }> = [];
+    const keys = new Map<string, KeyObject>();
+    versions.forEach((v, i) => {
+      const bytes = typeof v.secret === 'string' ? Buffer.from(v.secret, 'utf8') : v.secret;
+      if (!/^[A-Za-z0-9_-]{1,32}$/.test(v.version)) problems.push({ path: `busSecret.versions[${i}].version`, message: 'must be 1-32 of A-Z a-z 0-9 _ -' });
+      else if (keys.has(v.version)) problems.push({ path: `busSecret.versions[${i}].version`, message: `duplicate version "${v.version}"` });
+      if (bytes.length < 16) problems.push({ path: `busSecret.versions[${i}].secret`, message: 'must be at least 16 bytes' });
+      keys.set(v.version, createSecretKey(bytes));
+    });
+    this.current = current ?? versions[versions.length - 1]?.version ?? '';
+    if (versions.length === 0) problems.push({ path: 'busSecret.versions', message: 'must hold at least one version' });
+    else if (!keys.has(this.current)) problems.push({ path: 'busSecret.current', message: `names no version: "${this.current}"` });
+    if (problems.length) throw new ConfigError(problems, 'invalid bus secret');
+    this.keys = keys;
+  }
+
+  /** Encodes and signs a body. */
+  seal<T extends EnvelopeType>(t: T, body: Bodies[T]): EnvelopeFields {
+    const v = String(SCHEMA_VERSION);
+    const b = JSON.stringify(encoders[t](body));
+    return { v, kid: this.current, t, b, mac: this.mac(this.keys.get(this.current)!, v, t, b) };
+  }
+
+  /** Verifies and decodes an envelope; throws an `EnvelopeError` and applies nothing if anything is off. */
+  open(f: Partial<Record<keyof EnvelopeFields, unknown>>): Envelope {
+    if (f.v !== String(SCHEMA_VERSION)) throw new EnvelopeError('version', `v: unknown schema version ${JSON.stringify(f.v)}`);
+    const key = typeof f.kid === 'string' ? this.keys.get(f.kid) : undefined;
+    if (key === undefined) throw new EnvelopeError('secret', `kid: unknown bus secret version ${JSON.stringify(f.kid)}`);
+    if (typeof f.t !== 'string' || !Object.hasOwn(decoders, f.t)) throw new EnvelopeError('malformed', `t: unknown type ${JSON.stringify(f.t)}`);
+    if (typeof f.b !== 'string' || typeof f.mac !== 'string') throw new EnvelopeError('malformed', 'b, mac: must be strings');
+    const want = Buffer.from(this.mac(key, f.v, f.t, f.b), 'base64url');
+    const got = Buffer.from(f.mac, 'base64url');
+    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new EnvelopeError('mac', 'mac: does not match (forged, or signed with another secret)');
+    let raw: unknown;
+    try {
+      raw = JSON.parse(f.b);
+    } catch {
+      bad('b', 'is not JSON');
+    }
+    const t = f.t as EnvelopeType;
+    return { t, body: decoders[t](raw, '') } as Envelope;
+  }
+
+  /** Serialises for pub/sub. */
+  static toJson(f: EnvelopeFields): string {
+    return JSON.stringify(f);
+  }
+
+  /** Parses a pub/sub message into fields (validated by `open`). */
+  static fromJson(s: string): Partial<Record<keyof EnvelopeFields, unknown>> {
+    try {
+      const o: unknown = JSON.parse(s);
+      if (typeof o === 'object' && o !== null && !Array.isArray(o)) return o as Record<string, unknown>;
+    } catch {
+      // fall through
+    }
+    throw new EnvelopeError('malformed', 'message is not a JSON object');
+  }
+
+  /** Stream entry fields (a flat [k, v, k, v…] list) into an object. */
+  static fromStream(flat: readonly string[]): Record<string, string> {
+    const o: Record<string, string> = {};
+    for (let i = 0; i + 1 < flat.length; i += 2) o[flat[i]!] = flat[i + 1]!;
+    return o;
+  }
+
+  private mac(key: KeyObject, v: string, t: string, b: string): string {
+    return createHmac('sha256', key).update(`${v}\n${t}\n`).update(b).digest('base64url');
+  }
+}

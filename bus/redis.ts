@@ -1,0 +1,872 @@
+import { readFileSync } from 'node:fs';
+import type { ConnectionOptions } from 'node:tls';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import { systemClock, type Clock } from '../lib/clock.js';
+import type { FleetView } from '../lib/fold-owner.js';
+import type { OwnerLink } from '../lib/node-contract.js';
+import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
+import { EnvelopeCodec, EnvelopeError, type BusSecretVersion, type Envelope, type EnvelopeFields, type RejectReason } from './codec.js';
+import { rendezvousOwner } from './rendezvous.js';
+import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
+
+/** How to reach Redis, and the bus's shared settings. Part of `rateLimiter({ redis })`. */
+export interface RedisConnectionOptions {
+  /** `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. */
+  url?: string;
+  /** Seed nodes of a Redis Cluster (URLs); instead of `url`. */
+  clusterNodes?: string[];
+  /** ACL user and password (override those in the URL). */
+  username?: string;
+  password?: string;
+  /** TLS: `true` for the defaults, or Node TLS options (CA, client certificate, servername). */
+  tls?: boolean | ConnectionOptions;
+  /** Prefix of every key and channel. @default 'frl' */
+  prefix?: string;
+  /** Versioned secret that authenticates every bus entry (HMAC); the same on every node. */
+  busSecret: { versions: BusSecretVersion[]; current?: string };
+  /** How often an owner checkpoints a shard it owns, so the log behind it can be trimmed. @default 1000 */
+  snapshotMs?: number;
+  /** Cap on a shard stream's length, a safety net behind trimming by age. @default 100000 */
+  maxStreamLength?: number;
+}
+
+/** Settings the limiter adds from its own options. */
+export interface RedisBusOptions extends RedisConnectionOptions {
+  readonly shards: number;
+  readonly roundMs: number;
+  /** The nodes' F5 limit: a silent member is held back for this long, since it may self-grant until then. */
+  readonly degradedAfterMs: number;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+}
+
+/** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
+const LEASE_ROUNDS = 10;
+/** Rounds without hearing an owner (or Redis) after which its shards are out of reach (F2 counts from then). */
+const REACH_ROUNDS = 3;
+/** Silence, in rounds, after which an owner holds a member's possible self-grant back (F4). */
+const SILENT_ROUNDS = 2;
+/** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
+const BLIND_SETTLE_ROUNDS = 9;
+const GROUP = 'owners';
+/** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
+const WARM_UP_KEY = 'warm-up';
+const READ_COUNT = 500;
+
+const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
+
+type Client = Redis | Cluster;
+type StreamEntries = Array<[string, string[]]>;
+
+/** The table entry of one shard, in this process's monotonic time. */
+interface Ownership {
+  /** Node id and node epoch of the owning process. */
+  readonly owner: string;
+  readonly ownerProcess: string;
+  readonly epoch: number;
+  readonly expiresAt: number;
+}
+
+/** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
+interface Owned {
+  epoch: number;
+  state: 'taking' | 'settling' | 'ready';
+  /** Monotonic time until which the lease is certainly ours (renewal sent + lease − one round). */
+  validUntil: number;
+  settleUntil: number;
+  /** Anything folded or granted since the last snapshot. */
+  dirty: boolean;
+  snapshotAt: number;
+  /** Id of the last entry read from the shard's report stream. */
+  lastRead: string;
+}
+
+interface Member {
+  lastSeen: number;
+  epoch: string;
+  rejoinedAt: number;
+}
+
+/** Fast-path asks to several owners for one request: settled when all answered or at the deadline. */
+interface AskGroup {
+  remaining: number;
+  readonly grants: Grant[];
+  missed: boolean;
+  readonly start: number;
+  /** A warm-up ask: not counted in the fast-path figures. */
+  readonly probe: boolean;
+  readonly ids: number[];
+  timer?: NodeJS.Timeout;
+  readonly resolve: (g: readonly Grant[] | undefined) => void;
+}
+
+/** Counters of the Redis bus (metrics, tests, the benchmark). */
+export interface RedisBusStats {
+  rounds: number;
+  roundFailures: number;
+  reportsSent: number;
+  reportsSkipped: number;
+  entriesFolded: number;
+  rejected: Record<RejectReason | 'fold', number>;
+  deadLettered: number;
+  asksSent: number;
+  asksServed: number;
+  answersLate: number;
+  fastPathTimeouts: number;
+  messagesSent: number;
+  takeovers: number;
+  snapshots: number;
+}
+
+/**
+ * The leasing protocol over Redis. Key layout (prefix `frl`, hash tags so a Redis Cluster spreads
+ * shards over slots and keeps the control keys in one):
+ *
+ * - `frl:{ctl}:members` zset, `frl:{ctl}:epochs` hash, `frl:{ctl}:owners` hash — membership and the
+ *   ownership table, changed only by `lua/round.lua`, run once per round by every member.
+ * - `frl:{s<N>}:reports` — shard N's stream: one entry per node per round (B2), read by the owner
+ *   through consumer group `owners`, acked once folded; a new owner claims the old one's pending.
+ * - `frl:{s<N>}:log` — grants the owner issued and its periodic snapshots: what a new owner replays.
+ * - `frl:{s<N>}:dead` — entries that can never be folded (bad MAC, version, field), with the reason.
+ * - channel `frl:node:<nodeId>` — fast-path asks to an owner and owner messages (grants, recalls) to a node.
+ *
+ * Nothing on the request path waits for Redis except a fast-path ask, bounded by its deadline.
+ */
+export class RedisBus implements Bus {
+  readonly stats: RedisBusStats = {
+    rounds: 0, roundFailures: 0, reportsSent: 0, reportsSkipped: 0, entriesFolded: 0,
+    rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 }, deadLettered: 0,
+    asksSent: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, takeovers: 0, snapshots: 0,
+  };
+  private readonly redis: Client;
+  private readonly reader: Client;
+  private readonly sub: Client;
+  private readonly codec: EnvelopeCodec;
+  private readonly clock: Clock;
+  private readonly prefix: string;
+  private readonly cluster: boolean;
+  private identity?: NodeIdentity;
+  private deliver?: (m: OwnerMessage) => void;
+  private owner?: CreditOwner;
+  private readonly table: Array<Ownership | undefined>;
+  private readonly owned = new Map<number, Owned>();
+  private readonly members = new Map<string, Member>();
+  private unsettledIds: string[] = [];
+  private hadTable = false;
+  private lastRoundOk = Number.NEGATIVE_INFINITY;
+  /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
+  private graceUntil = 0;
+  private graceIds: string[] = [];
+  private roundBusy = false;
+  private inflight = 0;
+  private askSeq = 0;
+  private readonly asks = new Map<number, AskGroup>();
+  private readonly rtts = new Float64Array(4096);
+  private rttCount = 0;
+  private closed = false;
+  private readonly readerDone: Promise<void>;
+  private readyResolve?: () => void;
+  private readonly readyPromise: Promise<void>;
+
+  constructor(private readonly opts: RedisBusOptions) {
+    this.codec = new EnvelopeCodec(opts.busSecret.versions, opts.busSecret.current);
+    this.clock = opts.clock ?? systemClock;
+    this.prefix = opts.prefix ?? 'frl';
+    this.cluster = opts.clusterNodes !== undefined;
+    this.table = new Array<Ownership | undefined>(opts.shards);
+    this.redis = connect(opts, { enableAutoPipelining: true, commandTimeout: 2000 });
+    this.redis.defineCommand('frlRound', { numberOfKeys: 3, lua: ROUND_SCRIPT });
+    this.reader = connect(opts, {});
+    this.sub = connect(opts, {});
+    for (const c of [this.redis, this.reader, this.sub]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
+    this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
+    this.readyPromise = new Promise((resolve) => (this.readyResolve = resolve));
+    this.readerDone = this.readLoop();
+  }
+
+  // ---- Bus --------------------------------------------------------------------------------------
+
+  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink {
+    this.identity = node;
+    this.deliver = onMessage;
+    void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
+    return {
+      requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
+      publish: (batch) => this.publish(batch),
+      heartbeat: () => this.round(),
+      reachable: (shard) => this.reachable(shard),
+      fleetSize: () => (this.hadTable ? Math.max(1, this.members.size) : Number.MAX_SAFE_INTEGER),
+    };
+  }
+
+  serveOwner(_node: NodeIdentity, owner: CreditOwner): void {
+    this.owner = owner;
+    this.round();
+  }
+
+  fleetView(): FleetView {
+    const roundMs = this.opts.roundMs;
+    return {
+      size: () => Math.max(1, this.members.size),
+      unsettled: () => this.unsettledIds,
+      rejoining: (nodeId) => this.clock.monotonic() - (this.members.get(nodeId)?.rejoinedAt ?? Number.NEGATIVE_INFINITY) < roundMs,
+    };
+  }
+
+  ownerEpoch(shard: number): number {
+    return this.owned.get(shard)?.epoch ?? this.table[shard]?.epoch ?? 1;
+  }
+
+  fleetSize(): number {
+    return Math.max(1, this.members.size);
+  }
+
+  ready(): Promise<void> {
+    return this.readyPromise;
+  }
+
+  /** Round trip of fast-path asks that were answered: p50 and p99 in ms over the last 4096. */
+  fastPathRtt(): { count: number; p50: number; p99: number } {
+    const n = Math.min(this.rttCount, this.rtts.length);
+    const sorted = Array.from(this.rtts.subarray(0, n)).sort((a, b) => a - b);
+    const at = (q: number): number => (n === 0 ? Number.NaN : sorted[Math.min(n - 1, Math.floor(q * n))]!);
+    return { count: this.rttCount, p50: at(0.5), p99: at(0.99) };
+  }
+
+  /** Shards this node owns and serves now. */
+  ownedShards(): number[] {
+    return [...this.owned].filter(([, o]) => o.state === 'ready').map(([s]) => s);
+  }
+
+  /** The ownership table as last read: owner and fencing epoch per shard. */
+  owners(): Array<{ shard: number; owner: string; epoch: number } | undefined> {
+    return this.table.map((o, shard) => (o === undefined ? undefined : { shard, owner: o.owner, epoch: o.epoch }));
+  }
+
+  /**
+   * Leaves the fleet: checkpoints and gives up the shards it owns (the next owners take them at once,
+   * without waiting for the lease to lapse), leaves the member list, and closes every connection.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const a of [...this.asks.values()]) this.finish(a, false);
+    const owned = [...this.owned.keys()];
+    try {
+      await Promise.all(owned.map((s) => this.writeSnapshot(s)));
+      await this.runRound([], owned, true);
+    } catch (err) {
+      this.warn(err, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
+    }
+    this.owned.clear();
+    this.reader.disconnect();
+    this.sub.disconnect();
+    await this.readerDone;
+    await this.redis.quit().catch(() => this.redis.disconnect());
+  }
+
+  // ---- keys -------------------------------------------------------------------------------------
+
+  private ctl(name: string): string {
+    return `${this.prefix}:{ctl}:${name}`;
+  }
+
+  private key(shard: number, name: 'reports' | 'log' | 'dead'): string {
+    return `${this.prefix}:{s${shard}}:${name}`;
+  }
+
+  private channel(nodeId: string): string {
+    return `${this.prefix}:node:${nodeId}`;
+  }
+
+  private get consumer(): string {
+    return `${this.identity!.nodeId}:${this.identity!.nodeEpoch}`;
+  }
+
+  // ---- membership and ownership ------------------------------------------------------------------
+
+  /** One control round, unless the previous one is still out (Redis slow or unreachable). */
+  private round(): void {
+    if (this.roundBusy || this.closed || this.identity === undefined || this.owner === undefined) return;
+    this.roundBusy = true;
+    const me = this.identity.nodeId;
+    const mono = this.clock.monotonic();
+    const ids = this.candidates(mono);
+    const wanted: number[] = [];
+    const released: number[] = [];
+    for (let s = 0; s < this.opts.shards; s++) {
+      if (rendezvousOwner(s, ids) === me) wanted.push(s);
+      else if (this.owned.has(s)) released.push(s);
+    }
+    // Stop serving a shard before giving it up: its next owner replays everything folded until now.
+    for (const s of released) this.owned.delete(s);
+    this.runRound(wanted, released, false)
+      .catch((err: unknown) => {
+        this.stats.roundFailures++;
+        this.warn(err, 'control round failed');
+      })
+      .finally(() => (this.roundBusy = false));
+    this.snapshots(mono);
+  }
+
+  private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
+    const sent = this.clock.monotonic();
+    const res = (await (this.redis as unknown as RoundCommand).frlRound(
+      this.ctl('members'),
+      this.ctl('epochs'),
+      this.ctl('owners'),
+      this.identity!.nodeId,
+      this.identity!.nodeEpoch,
+      String(LEASE_ROUNDS * this.opts.roundMs),
+      String(this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs),
+      wanted.join(','),
+      released.join(','),
+      leave ? '1' : '0',
+    )) as [string, string[], string[], string[]];
+    if (!leave && !this.closed) this.applyRound(sent, res);
+  }
+
+  /** Takes in the fleet and the ownership table; starts takeovers of shards newly ours. */
+  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind]: [string, string[], string[], string[]]): void {
+    const got = this.clock.monotonic();
+    const redisNow = Number(nowStr);
+    const roundMs = this.opts.roundMs;
+    if (got - this.lastRoundOk > LEASE_ROUNDS * roundMs && this.hadTable) {
+      // We were cut off: members heard before still count until they have had time to check in.
+      this.graceUntil = got + LEASE_ROUNDS * roundMs;
+      this.graceIds = [...this.members.keys()];
+    }
+    this.lastRoundOk = got;
+    this.stats.rounds++;
+    const seen = new Set<string>();
+    for (let i = 0; i + 2 < flatMembers.length; i += 3) {
+      const id = flatMembers[i]!;
+      const lastSeen = got - (redisNow - Number(flatMembers[i + 1]));
+      const epoch = flatMembers[i + 2]!;
+      seen.add(id);
+      const m = this.members.get(id);
+      if (m === undefined) this.members.set(id, { lastSeen, epoch, rejoinedAt: Number.NEGATIVE_INFINITY });
+      else {
+        // Back after two silent rounds: withheld a round (L5), it may have granted itself credit (F4).
+        // A new member, or a new process under the same name, has none: it starts at zero (L6).
+        if (lastSeen - m.lastSeen >= SILENT_ROUNDS * roundMs && m.epoch === epoch) m.rejoinedAt = got;
+        m.lastSeen = Math.max(m.lastSeen, lastSeen);
+        m.epoch = epoch;
+      }
+    }
+    for (const id of this.members.keys()) if (!seen.has(id)) this.members.delete(id);
+    const me = this.identity!.nodeId;
+    this.unsettledIds = [...this.members]
+      .filter(([id, m]) => id !== me && (got - m.lastSeen >= SILENT_ROUNDS * roundMs || got - m.rejoinedAt < roundMs))
+      .map(([id]) => id);
+
+    const blindSet = new Set(blind.map(Number));
+    this.table.fill(undefined);
+    for (let i = 0; i + 1 < flatOwners.length; i += 2) {
+      const s = Number(flatOwners[i]);
+      const [token = '', epoch = '0', exp = '0'] = flatOwners[i + 1]!.split('|');
+      const [owner = '', ownerProcess = ''] = token.split('/');
+      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow) continue;
+      this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow) };
+      if (!this.mine(s)) continue;
+      const validUntil = sent + (Number(exp) - redisNow) - roundMs;
+      const o = this.owned.get(s);
+      if (o !== undefined) {
+        // Ours all along (renewed, or re-claimed after a lapse nobody used): the ledgers are current.
+        o.epoch = Number(epoch);
+        o.validUntil = validUntil;
+      } else {
+        const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0' };
+        this.owned.set(s, taken);
+        void this.takeover(s, taken, blindSet.has(s));
+      }
+    }
+    for (const [s, o] of this.owned) {
+      if (!this.mine(s)) this.owned.delete(s);
+      else if (o.state === 'settling' && got >= o.settleUntil) o.state = 'ready';
+    }
+    this.hadTable = true;
+    // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
+    // handover is about to leave a shard without an owner for a round. (Or after 40 rounds anyway.)
+    const ids = this.candidates(got);
+    if (this.readyResolve !== undefined && this.table.every((o, s) => this.reachable(s) && (this.stats.rounds > 40 || o!.owner === rendezvousOwner(s, ids)))) {
+      const resolve = this.readyResolve;
+      this.readyResolve = undefined;
+      void this.warmUp().finally(resolve);
+    }
+  }
+
+  /** Members that may own shards: heard within a lease, plus (after an outage of ours) those heard before it. */
+  private candidates(mono: number): Set<string> {
+    const ids = new Set([this.identity!.nodeId, ...(mono < this.graceUntil ? this.graceIds : [])]);
+    for (const [id, m] of this.members) if (mono - m.lastSeen < LEASE_ROUNDS * this.opts.roundMs) ids.add(id);
+    return ids;
+  }
+
+  /** Whether the table names this very process (node id and epoch) as the shard's owner. */
+  private mine(shard: number): boolean {
+    const o = this.table[shard];
+    return o !== undefined && o.owner === this.identity?.nodeId && o.ownerProcess === this.identity.nodeEpoch;
+  }
+
+  /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
+  private serving(shard: number): boolean {
+    const o = this.owned.get(shard);
+    return o !== undefined && o.state === 'ready' && this.clock.monotonic() < o.validUntil;
+  }
+
+  private reachable(shard: number): boolean {
+    const o = this.table[shard];
+    if (o === undefined) return false;
+    const mono = this.clock.monotonic();
+    if (this.mine(shard)) return this.serving(shard);
+    // The owner's process must still be the one heard from: a restarted node does not answer for
+    // shards its previous process held.
+    const m = this.members.get(o.owner);
+    const reach = REACH_ROUNDS * this.opts.roundMs;
+    return mono - this.lastRoundOk < reach && m !== undefined && m.epoch === o.ownerProcess && mono - m.lastSeen < reach && mono < o.expiresAt;
+  }
+
+  /**
+   * A shard became ours: create its group if Redis lost it, replay the log and the reports retained
+   * behind the last snapshot, claim the previous owner's pending entries, then serve. After a blind
+   * takeover (Redis lost the table, so maybe the log) fold reports for a few rounds before issuing.
+   */
+  private async takeover(shard: number, st: Owned, blind: boolean): Promise<void> {
+    const current = (): boolean => this.owned.get(shard) === st && !this.closed;
+    try {
+      this.stats.takeovers++;
+      await this.ensureGroup(shard);
+      const [log, reports] = (await Promise.all([
+        this.redis.call('XRANGE', this.key(shard, 'log'), '-', '+'),
+        this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+'),
+      ])) as [StreamEntries, StreamEntries];
+      if (!current()) return;
+      const entries: LogEntry[] = [];
+      for (const [, flat] of [...log, ...reports]) {
+        const env = this.tryOpen(EnvelopeCodec.fromStream(flat));
+        if (env !== undefined) entries.push(...logEntries(env));
+      }
+      this.owner!.replay(entries);
+      let cursor = '0-0';
+      do {
+        const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.key(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
+        if (!current()) return;
+        await this.fold(shard, claimed, true);
+        cursor = next;
+      } while (cursor !== '0-0');
+      st.settleUntil = blind ? this.clock.monotonic() + BLIND_SETTLE_ROUNDS * this.opts.roundMs : 0;
+      st.state = blind ? 'settling' : 'ready';
+    } catch (err) {
+      this.warn(err, 'takeover failed; retried next round');
+      if (current()) this.owned.delete(shard);
+    }
+  }
+
+  private async ensureGroup(shard: number): Promise<void> {
+    try {
+      await this.redis.call('XGROUP', 'CREATE', this.key(shard, 'reports'), GROUP, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+    }
+  }
+
+  // ---- reading and folding reports --------------------------------------------------------------
+
+  /**
+   * The owner's read loop on its own connection: a blocking XREADGROUP over every shard it serves
+   * (on a Redis Cluster, whose multi-key reads must stay in one slot, one read per shard each round).
+   */
+  private async readLoop(): Promise<void> {
+    while (!this.closed) {
+      const shards = [...this.owned].filter(([, o]) => o.state !== 'taking').map(([s]) => s);
+      try {
+        if (shards.length === 0 || this.identity === undefined) {
+          await sleep(this.opts.roundMs);
+          continue;
+        }
+        const block = 2 * this.opts.roundMs;
+        const results: Array<[string, StreamEntries] | null> = [];
+        if (this.cluster) {
+          const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.key(s, 'reports'), '>')));
+          for (const r of each as Array<Array<[string, StreamEntries]> | null>) results.push(...(r ?? []));
+          if (results.length === 0) await sleep(this.opts.roundMs);
+        } else {
+          const keys = shards.map((s) => this.key(s, 'reports'));
+          const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
+          results.push(...(r ?? []));
+        }
+        for (const res of results) {
+          if (res === null) continue;
+          const shard = Number(/\{s(\d+)\}/.exec(res[0])?.[1]);
+          await this.fold(shard, res[1], false);
+        }
+      } catch (err) {
+        if (this.closed) break;
+        if (String((err as Error).message).includes('NOGROUP')) {
+          // Redis lost the stream (restarted empty): recreate the groups and go on.
+          await Promise.all(shards.map((s) => this.ensureGroup(s).catch(() => undefined)));
+        } else this.warn(err, 'reading shard streams failed');
+        await sleep(this.opts.roundMs);
+      }
+    }
+  }
+
+  /**
+   * Folds report entries of a shard and acks them; an entry that can never be folded goes to the dead
+   * letter stream and is acked too, so nothing stays pending. During a takeover or a blind settle,
+   * entries only rebuild ledgers (replay), nothing is issued. Entries of a shard no longer ours stay
+   * pending for its next owner.
+   */
+  private async fold(shard: number, entries: StreamEntries, replayOnly: boolean): Promise<void> {
+    const st = this.owned.get(shard);
+    if (st === undefined || entries.length === 0) return;
+    const acks: string[] = [];
+    const out: OwnerMessage[] = [];
+    for (const [id, flat] of entries) {
+      st.lastRead = id;
+      if (flat === null) {
+        acks.push(id); // trimmed while pending: nothing left to fold
+        continue;
+      }
+      const fields = EnvelopeCodec.fromStream(flat);
+      let env: Envelope;
+      try {
+        env = this.codec.open(fields);
+        if (env.t !== 'reports' || env.body.shard !== shard) throw new EnvelopeError('malformed', `t: a ${env.t} entry for shard ${env.t === 'reports' ? env.body.shard : '?'} in shard ${shard}'s report stream`);
+      } catch (err) {
+        this.deadLetter(shard, id, fields, err);
+        acks.push(id);
+        continue;
+      }
+      try {
+        if (replayOnly || st.state !== 'ready' || this.clock.monotonic() < st.settleUntil) this.owner!.replay([{ kind: 'report', batch: env.body }]);
+        else out.push(...this.owner!.onReports(env.body));
+        this.stats.entriesFolded++;
+        st.dirty = true;
+      } catch (err) {
+        this.deadLetter(shard, id, fields, err, 'fold');
+      }
+      acks.push(id);
+    }
+    if (st.state === 'settling' && this.clock.monotonic() >= st.settleUntil) st.state = 'ready';
+    this.route(out);
+    if (acks.length) await this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks);
+  }
+
+  private deadLetter(shard: number, id: string, fields: Record<string, string>, err: unknown, reason?: 'fold'): void {
+    const why: RejectReason | 'fold' = reason ?? (err instanceof EnvelopeError ? err.reason : 'malformed');
+    this.stats.rejected[why]++;
+    this.stats.deadLettered++;
+    const flat = Object.entries(fields).flatMap(([k, v]) => [`entry.${k}`, v]);
+    this.redis
+      .call('XADD', this.key(shard, 'dead'), 'MAXLEN', '~', '10000', '*', 'reason', why, 'error', String((err as Error)?.message ?? err), 'id', id, ...flat)
+      .catch((e: Error) => this.warn(e, 'dead-letter write failed'));
+    this.warn(err, `bus entry rejected (${why})`, { shard, id });
+  }
+
+  private tryOpen(fields: Partial<Record<keyof EnvelopeFields, unknown>>): Envelope | undefined {
+    try {
+      return this.codec.open(fields);
+    } catch (err) {
+      this.stats.rejected[err instanceof EnvelopeError ? err.reason : 'malformed']++;
+      return undefined;
+    }
+  }
+
+  // ---- owner messages, the grant log and snapshots ----------------------------------------------
+
+  /** Sends owner messages: to this node directly, to others on their channel; grants also to the log. */
+  private route(messages: readonly OwnerMessage[], re = 0, to?: string): void {
+    const byNode = new Map<string, OwnerMessage[]>();
+    if (to !== undefined) byNode.set(to, []);
+    for (const m of messages) {
+      const list = byNode.get(m.nodeId);
+      if (list === undefined) byNode.set(m.nodeId, [m]);
+      else list.push(m);
+    }
+    // The log first: a grant is on record before any node can spend it.
+    this.logGrants(messages);
+    for (const [nodeId, list] of byNode) {
+      if (nodeId === this.identity?.nodeId && nodeId !== to) {
+        for (const m of list) this.deliver?.(m);
+        continue;
+      }
+      this.stats.messagesSent++;
+      this.redis
+        .publish(this.channel(nodeId), EnvelopeCodec.toJson(this.codec.seal('messages', { re: nodeId === to ? re : 0, nodeId, messages: list })))
+        .catch((err: Error) => this.warn(err, 'publish failed'));
+    }
+  }
+
+  /** Appends grants to their shards' logs, one entry per shard. */
+  private logGrants(messages: readonly OwnerMessage[]): void {
+    const grants = new Map<number, Grant[]>();
+    for (const m of messages) {
+      if (m.type !== 'grant') continue;
+      const s = shardOf(m.keyId, m.windowId, this.opts.shards);
+      const g = grants.get(s);
+      if (g === undefined) grants.set(s, [m]);
+      else g.push(m);
+    }
+    for (const [shard, list] of grants) {
+      const o = this.owned.get(shard);
+      if (o !== undefined) o.dirty = true;
+      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }));
+    }
+  }
+
+  /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */
+  private snapshots(mono: number): void {
+    const every = this.opts.snapshotMs ?? 1000;
+    for (const [s, o] of this.owned) {
+      if (o.state === 'ready' && o.dirty && mono - o.snapshotAt >= every) {
+        o.snapshotAt = mono;
+        o.dirty = false;
+        this.writeSnapshot(s).catch((err: unknown) => this.warn(err, 'snapshot failed'));
+      }
+    }
+  }
+
+  private async writeSnapshot(shard: number): Promise<void> {
+    const o = this.owned.get(shard);
+    if (o === undefined || o.state !== 'ready') return;
+    const lastRead = o.lastRead;
+    const id = (await this.redis.call('XADD', this.key(shard, 'log'), '*', ...flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard) })))) as string;
+    this.stats.snapshots++;
+    // Keep two rounds behind the snapshot; reports not yet read are never trimmed.
+    const margin = 2 * this.opts.roundMs;
+    const snapMs = Number(id.split('-')[0]);
+    const readMs = Number(lastRead.split('-')[0]);
+    await Promise.all([
+      this.redis.call('XTRIM', this.key(shard, 'log'), 'MINID', '~', String(snapMs - margin)),
+      readMs > 0 ? this.redis.call('XTRIM', this.key(shard, 'reports'), 'MINID', '~', String(Math.min(snapMs, readMs) - margin)) : undefined,
+    ]);
+  }
+
+  /** XADD without waiting; dropped (and counted) while Redis is out of reach or backed up. */
+  private append(key: string, fields: EnvelopeFields): boolean {
+    const mono = this.clock.monotonic();
+    if (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards) return false;
+    this.inflight++;
+    this.redis
+      .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...flatFields(fields))
+      .catch((err: Error) => this.warn(err, 'stream write failed'))
+      .finally(() => this.inflight--);
+    return true;
+  }
+
+  // ---- node side --------------------------------------------------------------------------------
+
+  /** A node's round batch: folded here if this node serves the shard, else onto the shard's stream. */
+  private publish(batch: ReportBatch): void {
+    if (this.closed) return;
+    if (this.serving(batch.shard)) {
+      this.owned.get(batch.shard)!.dirty = true;
+      this.route(this.owner!.onReports(batch));
+      return;
+    }
+    // Reports are cumulative: one skipped while Redis is out of reach is made good by the next.
+    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch))) this.stats.reportsSent++;
+    else this.stats.reportsSkipped++;
+  }
+
+  /**
+   * The fast path: requests for shards this node serves are answered in process; the others go to
+   * their owners' channels, and the answer counts only if it is back within `deadlineMs`.
+   */
+  private requestCredit(requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined> {
+    if (this.closed) return undefined;
+    const local: Grant[] = [];
+    const remote = new Map<string, CreditRequest[]>();
+    let missed = false;
+    for (const r of requests) {
+      const shard = shardOf(r.keyId, r.windowId, this.opts.shards);
+      if (this.serving(shard)) {
+        const g = this.owner!.onCreditRequest(r);
+        if (g !== undefined) {
+          local.push(g);
+          this.logGrants([g]);
+        }
+        this.route(this.owner!.takeOutbox());
+        continue;
+      }
+      const owner = this.table[shard]?.owner;
+      if (owner === undefined || !this.reachable(shard)) {
+        missed = true;
+        continue;
+      }
+      const list = remote.get(owner);
+      if (list === undefined) remote.set(owner, [r]);
+      else list.push(r);
+    }
+    if (remote.size === 0) return missed ? this.apply(local) : local;
+    return this.ask(remote, local, missed, deadlineMs);
+  }
+
+  /** Sends asks to remote owners; settles with every grant once all answered, or undefined at the deadline. */
+  private ask(remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
+    return new Promise((resolve) => {
+      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, ids: [], resolve };
+      for (const [owner, list] of remote) {
+        const id = ++this.askSeq;
+        group.ids.push(id);
+        this.asks.set(id, group);
+        if (!probe) this.stats.asksSent++;
+        this.redis
+          .publish(this.channel(owner), EnvelopeCodec.toJson(this.codec.seal('ask', { id, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, requests: list })))
+          .catch(() => undefined);
+      }
+      // Node's timers count from the loop's cached time, so one may fire early; until the deadline has
+      // really passed, look again after each turn of the loop (which is when an answer is read).
+      const expire = (): void => {
+        if (!this.asks.has(group.ids[0]!)) return;
+        if (performance.now() - group.start < deadlineMs) {
+          setImmediate(expire);
+          return;
+        }
+        if (!probe) this.stats.fastPathTimeouts++;
+        this.finish(group, false);
+      };
+      group.timer = setTimeout(expire, deadlineMs);
+    });
+  }
+
+  /**
+   * Before the node takes traffic: a few empty asks to every other owner, so connections, code paths
+   * and the owners' handlers are warm when the first real ask races its 1 ms deadline.
+   */
+  private async warmUp(): Promise<void> {
+    let w = 0;
+    for (let i = 0; i < 20 && !this.closed; i++) {
+      const owners = new Map<string, CreditRequest[]>();
+      const remote = new Set(this.table.filter((o, s) => o !== undefined && !this.mine(s)).map((o) => o!.owner));
+      // Each probe asks for one credit of a new window of January 1970: it takes the whole path of a
+      // first sight (new ledger, grant, apply), and its grant finds no bucket.
+      for (let tries = 0; owners.size < remote.size && tries < 100 * this.opts.shards; tries++, w++) {
+        const shard = shardOf(WARM_UP_KEY, w, this.opts.shards);
+        const o = this.table[shard];
+        if (o === undefined || this.mine(shard) || owners.has(o.owner)) continue;
+        owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
+      }
+      if (owners.size === 0) return;
+      await this.ask(owners, [], false, 20, true);
+    }
+  }
+
+  /** Applies grants through the node's message handler (they arrived, but the ask as a whole missed). */
+  private apply(grants: readonly Grant[]): undefined {
+    for (const g of grants) this.deliver?.(g);
+    return undefined;
+  }
+
+  private finish(group: AskGroup, answered: boolean): void {
+    clearTimeout(group.timer);
+    for (const id of group.ids) this.asks.delete(id);
+    if (answered && !group.missed) group.resolve(group.grants);
+    else group.resolve(this.apply(group.grants));
+  }
+
+  /** A message on this node's channel: an ask (as an owner) or owner messages (as a node). */
+  private onChannel(raw: string): void {
+    let env: Envelope;
+    try {
+      env = this.codec.open(EnvelopeCodec.fromJson(raw));
+    } catch (err) {
+      this.stats.rejected[err instanceof EnvelopeError ? err.reason : 'malformed']++;
+      this.warn(err, 'bus message rejected');
+      return;
+    }
+    try {
+      if (env.t === 'ask') this.serveAsk(env.body);
+      else if (env.t === 'messages') this.onMessages(env.body);
+    } catch (err) {
+      this.stats.rejected.fold++;
+      this.warn(err, 'bus message could not be applied');
+    }
+  }
+
+  private serveAsk(ask: { id: number; nodeId: string; requests: CreditRequest[] }): void {
+    const grants: OwnerMessage[] = [];
+    let all = true;
+    for (const r of ask.requests) {
+      if (r.nodeId !== ask.nodeId || !this.serving(shardOf(r.keyId, r.windowId, this.opts.shards))) {
+        all = false;
+        continue;
+      }
+      const g = this.owner!.onCreditRequest(r);
+      if (g !== undefined) grants.push(g);
+    }
+    this.stats.asksServed++;
+    this.route([...grants, ...this.owner!.takeOutbox()], all ? ask.id : 0, ask.nodeId);
+  }
+
+  private onMessages(body: { re: number; nodeId: string; messages: OwnerMessage[] }): void {
+    if (body.nodeId !== this.identity?.nodeId) return;
+    const group = body.re === 0 ? undefined : this.asks.get(body.re);
+    if (group === undefined) {
+      if (body.re !== 0) this.stats.answersLate++;
+      for (const m of body.messages) this.deliver?.(m);
+      return;
+    }
+    this.asks.delete(body.re);
+    if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = performance.now() - group.start;
+    for (const m of body.messages) {
+      if (m.type === 'grant' && m.nodeEpoch === this.identity.nodeEpoch) group.grants.push(m);
+      else this.deliver?.(m);
+    }
+    if (--group.remaining === 0) this.finish(group, true);
+  }
+
+  private warn(err: unknown, msg: string, extra?: object): void {
+    if (this.closed && msg !== 'could not leave the fleet cleanly; shards pass on when their lease lapses') return;
+    this.opts.logger?.warn({ err, ...extra }, msg);
+  }
+}
+
+interface RoundCommand {
+  frlRound(...args: string[]): Promise<unknown>;
+}
+
+function connect(o: RedisConnectionOptions, extra: RedisOptions): Client {
+  const tls = o.tls === true ? {} : o.tls === false ? undefined : o.tls;
+  const common: RedisOptions = {
+    ...extra,
+    ...(o.username !== undefined ? { username: o.username } : {}),
+    ...(o.password !== undefined ? { password: o.password } : {}),
+    ...(tls !== undefined ? { tls } : {}),
+    maxRetriesPerRequest: 1,
+    retryStrategy: (n: number) => Math.min(50 * n, 500),
+  };
+  if (o.clusterNodes !== undefined) {
+    const nodes = o.clusterNodes.map((u) => {
+      const url = new URL(u);
+      return { host: url.hostname, port: Number(url.port || 6379) };
+    });
+    return new Cluster(nodes, { redisOptions: common, enableAutoPipelining: extra.enableAutoPipelining ?? false, clusterRetryStrategy: (n: number) => Math.min(50 * n, 500) });
+  }
+  return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
+}
+
+function flatFields(f: EnvelopeFields): string[] {
+  return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];
+}
+
+/** What a log or report entry contributes to a replay. */
+function logEntries(env: Envelope): LogEntry[] {
+  switch (env.t) {
+    case 'reports':
+      return [{ kind: 'report', batch: env.body }];
+    case 'grants':
+      return env.body.grants.map((grant) => ({ kind: 'grant', grant }));
+    case 'snapshot':
+      return env.body.entries;
+    default:
+      return [];
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
