@@ -57,13 +57,13 @@ export type EnvelopeType = keyof Bodies;
 export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[EnvelopeType];
 
 /** Flat fields of an envelope, as stored in a stream entry or serialised for pub/sub. */
-export interface EnvelopeFields {
+export type EnvelopeFields = {
   v: string;
   kid: string;
   t: string;
   b: string;
   mac: string;
-}
+};
 
 // ---- field readers: each names the offending path ---------------------------------------------
 
@@ -195,7 +195,7 @@ export class EnvelopeCodec {
   }
 
   /** Verifies and decodes an envelope; throws an `EnvelopeError` and applies nothing if anything is off. */
-  open(f: Partial<Record<keyof EnvelopeFields, unknown>>): Envelope {
+  open(f: Readonly<Record<string, unknown>>): Envelope {
     if (f.v !== String(SCHEMA_VERSION)) throw new EnvelopeError('version', `v: unknown schema version ${JSON.stringify(f.v)}`);
     const key = typeof f.kid === 'string' ? this.keys.get(f.kid) : undefined;
     if (key === undefined) throw new EnvelopeError('secret', `kid: unknown bus secret version ${JSON.stringify(f.kid)}`);
@@ -220,7 +220,7 @@ export class EnvelopeCodec {
   }
 
   /** Parses a pub/sub message into fields (validated by `open`). */
-  static fromJson(s: string): Partial<Record<keyof EnvelopeFields, unknown>> {
+  static fromJson(s: string): Readonly<Record<string, unknown>> {
     try {
       const o: unknown = JSON.parse(s);
       if (typeof o === 'object' && o !== null && !Array.isArray(o)) return o as Record<string, unknown>;

@@ -566,7 +566,7 @@ export class RedisBus implements Bus {
     this.warn(err, `bus entry rejected (${why})`, { shard, id });
   }
 
-  private tryOpen(fields: Partial<Record<keyof EnvelopeFields, unknown>>): Envelope | undefined {
+  private tryOpen(fields: Readonly<Record<string, unknown>>): Envelope | undefined {
     try {
       return this.codec.open(fields);
     } catch (err) {

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from '../../scripts/free-port.js';
 import { startFleet, type Fleet, type GatewayNode } from '../../scripts/fleet.js';
 import { statusAfterRetries } from '../support/http.js';
-import { startRedis, type RedisProcess } from '../support/redis-server.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 
 const CLI = fileURLToPath(new URL('../../scripts/cluster.js', import.meta.url));
 

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
 import { Cluster, Redis } from 'ioredis';
-import { slotRanges, startRedis, startRedisCluster, type RedisClusterProcess, type RedisProcess } from '../support/redis-server.js';
+import { slotRanges, startRedis, startRedisCluster, type RedisClusterProcess, type RedisProcess } from '../../scripts/redis-server.js';
 
 /** A client that fails fast: no reconnect loop, no offline queue, `commandTimeout` as given. */
 function client(url: string, commandTimeout?: number): Redis {
@@ -91,7 +91,7 @@ describe('test support: private redis-server', function () {
 
   it('kills what it started when the Node process exits without stopping it', function () {
     if (process.env.REDIS_URL) this.skip();
-    const support = new URL('../support/redis-server.js', import.meta.url).href;
+    const support = new URL('../../scripts/redis-server.js', import.meta.url).href;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(support)}); const r = await m.startRedis(); console.log(r.port); process.exit(0);`], { encoding: 'utf8', timeout: 10_000 });
     expect(run.status, run.stderr).to.equal(0);
     const port = Number(run.stdout.trim());

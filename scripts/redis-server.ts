@@ -4,7 +4,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort } from '../../scripts/free-port.js';
+import { freePort } from './free-port.js';
 
 /**
  * Private redis-server processes for tests, so no test touches the shared Redis on :6379.

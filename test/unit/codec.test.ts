@@ -1,0 +1,114 @@
+import { expect } from 'chai';
+import { createHmac } from 'node:crypto';
+import { EnvelopeCodec, EnvelopeError, type EnvelopeFields } from '../../bus/codec.js';
+import { ConfigError } from '../../lib/errors.js';
+import type { Grant, ReportBatch } from '../../lib/protocol/messages.js';
+
+const SECRET = 'bus-secret-0123456789';
+const codec = new EnvelopeCodec([{ version: 'b1', secret: SECRET }]);
+
+const batch: ReportBatch = {
+  shard: 3,
+  nodeId: 'node-1',
+  nodeEpoch: 'e-1',
+  round: 12,
+  reports: [
+    { keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA', windowId: 5, windowMs: 1000, limit: 100, lease: 2, seq: 12, spent: 7, issued: 10, selfIssued: 0, released: 1, demand: 2.5, held: 2, selfGrant: false },
+  ],
+};
+const grant: Grant = { type: 'grant', keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA', windowId: 5, windowMs: 1000, nodeId: 'node-1', nodeEpoch: 'e-1', lease: 2, ownerEpoch: 7, grantSeq: 3, issued: 10 };
+
+/** Re-signs a tampered body with the real secret: only the field checks stand between it and the owner. */
+function resign(f: EnvelopeFields, body: unknown, v = f.v): EnvelopeFields {
+  const b = JSON.stringify(body);
+  const mac = createHmac('sha256', SECRET).update(`${v}\n${f.t}\n`).update(b).digest('base64url');
+  return { ...f, v, b, mac };
+}
+
+function rejects(f: Readonly<Record<string, unknown>>, reason: string, message: RegExp): void {
+  let err: unknown;
+  try {
+    codec.open(f);
+  } catch (e) {
+    err = e;
+  }
+  expect(err, 'must be rejected').to.be.instanceOf(EnvelopeError);
+  expect((err as EnvelopeError).reason).to.equal(reason);
+  expect((err as EnvelopeError).message).to.match(message);
+}
+
+describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
+  it('round-trips every body type', () => {
+    expect(codec.open(codec.seal('reports', batch))).to.deep.equal({ t: 'reports', body: batch });
+    expect(codec.open(codec.seal('grants', { shard: 3, grants: [grant] }))).to.deep.equal({ t: 'grants', body: { shard: 3, grants: [grant] } });
+    const adjust = { ...grant, type: 'adjust' as const, keep: -1, exhausted: true };
+    const { issued: _, ...adjustOnly } = adjust;
+    expect(codec.open(codec.seal('messages', { re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] })).body).to.deep.equal({ re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] });
+    const entries = [{ kind: 'report' as const, batch }, { kind: 'grant' as const, grant }];
+    expect(codec.open(codec.seal('snapshot', { shard: 3, entries })).body).to.deep.equal({ shard: 3, entries });
+  });
+
+  it('tolerates fields of a newer release: extra body keys, extra trailing record fields, extra envelope fields', () => {
+    const f = codec.seal('reports', batch);
+    const body = JSON.parse(f.b) as { reports: unknown[][] } & Record<string, unknown>;
+    body.compression = 'none';
+    body.reports[0]!.push(42, 'future');
+    const opened = codec.open({ ...resign(f, body), trace: 'abc' });
+    expect(opened).to.deep.equal({ t: 'reports', body: batch });
+  });
+
+  it('rejects an unknown schema version whole', () => {
+    const f = codec.seal('reports', batch);
+    rejects(resign(f, JSON.parse(f.b), '2'), 'version', /^v: unknown schema version "2"/);
+  });
+
+  it('rejects an entry without a MAC, with a wrong MAC, or signed with a secret nobody shares (forged)', () => {
+    const f = codec.seal('grants', { shard: 3, grants: [grant] });
+    rejects({ ...f, mac: undefined }, 'malformed', /mac/);
+    rejects({ ...f, mac: f.mac.slice(1) + 'A' }, 'mac', /^mac: does not match/);
+    const forger = new EnvelopeCodec([{ version: 'b1', secret: 'not-the-bus-secret!!' }]);
+    rejects(forger.seal('grants', { shard: 3, grants: [{ ...grant, issued: 1_000_000 }] }), 'mac', /does not match/);
+    rejects({ ...f, kid: 'b9' }, 'secret', /^kid: unknown bus secret version "b9"/);
+    // A body changed after signing.
+    rejects({ ...f, b: f.b.replace('10]', '9999]') }, 'mac', /does not match/);
+  });
+
+  it('rejects any bad field whole, naming it', () => {
+    const f = codec.seal('reports', batch);
+    const body = JSON.parse(f.b) as { reports: unknown[][]; nodeId: unknown };
+    const spent = structuredClone(body);
+    spent.reports[0]![6] = -3;
+    rejects(resign(f, spent), 'malformed', /^reports\[0\]\.spent: must be a non-negative integer/);
+    const node = structuredClone(body);
+    node.nodeId = 'a b';
+    rejects(resign(f, node), 'malformed', /^nodeId: must be an id string/);
+    const short = structuredClone(body);
+    short.reports[0] = short.reports[0]!.slice(0, 5);
+    rejects(resign(f, short), 'malformed', /^reports\[0\]: must be an array of at least 13 fields/);
+    rejects({ ...f, t: 'drop-table' }, 'malformed', /^t: unknown type/);
+    rejects(resign(f, 'not an object'), 'malformed', /must be an object/);
+    const g = codec.seal('grants', { shard: 3, grants: [grant] });
+    const stale = JSON.parse(g.b) as { grants: unknown[][] };
+    stale.grants[0]![6] = 0;
+    rejects(resign(g, stale), 'malformed', /^grants\[0\]\.ownerEpoch: must be a positive integer/);
+  });
+
+  it('accepts entries under every retained secret version, writes under the current one', () => {
+    const old = new EnvelopeCodec([{ version: 'b1', secret: SECRET }]);
+    const rotated = new EnvelopeCodec([{ version: 'b1', secret: SECRET }, { version: 'b2', secret: 'second-bus-secret-xyz' }], 'b2');
+    expect(rotated.seal('reports', batch).kid).to.equal('b2');
+    expect(rotated.open(old.seal('reports', batch)).body).to.deep.equal(batch);
+    expect(() => old.open(rotated.seal('reports', batch))).to.throw(EnvelopeError, /unknown bus secret version "b2"/);
+  });
+
+  it('refuses weak or inconsistent secrets at construction, naming every field', () => {
+    let err: ConfigError | undefined;
+    try {
+      new EnvelopeCodec([{ version: 'b 1', secret: 'short' }, { version: 'b2', secret: SECRET }], 'b3');
+    } catch (e) {
+      err = e as ConfigError;
+    }
+    expect(err).to.be.instanceOf(ConfigError);
+    expect(err!.problems.map((p) => p.path)).to.deep.equal(['busSecret.versions[0].version', 'busSecret.versions[0].secret', 'busSecret.current']);
+  });
+});
