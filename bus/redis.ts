@@ -96,6 +96,8 @@ interface AskGroup {
   readonly start: number;
   /** A warm-up ask: not counted in the fast-path figures. */
   readonly probe: boolean;
+  /** Settled (all answered, or expired). */
+  done: boolean;
   readonly ids: number[];
   timer?: NodeJS.Timeout;
   readonly resolve: (g: readonly Grant[] | undefined) => void;
@@ -708,7 +710,7 @@ export class RedisBus implements Bus {
   /** Sends asks to remote owners; settles with every grant once all answered, or undefined at the deadline. */
   private ask(remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
     return new Promise((resolve) => {
-      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, ids: [], resolve };
+      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, done: false, ids: [], resolve };
       for (const [owner, list] of remote) {
         const id = ++this.askSeq;
         group.ids.push(id);
@@ -721,7 +723,7 @@ export class RedisBus implements Bus {
       // Node's timers count from the loop's cached time, so one may fire early; until the deadline has
       // really passed, look again after each turn of the loop (which is when an answer is read).
       const expire = (): void => {
-        if (!this.asks.has(group.ids[0]!)) return;
+        if (group.done) return;
         if (performance.now() - group.start < deadlineMs) {
           setImmediate(expire);
           return;
@@ -762,6 +764,8 @@ export class RedisBus implements Bus {
   }
 
   private finish(group: AskGroup, answered: boolean): void {
+    if (group.done) return;
+    group.done = true;
     clearTimeout(group.timer);
     for (const id of group.ids) this.asks.delete(id);
     if (answered && !group.missed) group.resolve(group.grants);

@@ -1,0 +1,186 @@
+import { expect } from 'chai';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { KeyHasher } from '../../lib/key-id.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { startFleet, type Fleet, type GatewayNode } from '../../scripts/fleet.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { statusAfterRetries } from '../support/http.js';
+
+const HOUR = 3_600_000;
+const KEY_HASH_SECRET = 'cluster-e2e-key-hash-secret';
+const SCENARIOS = ['pinned', 'round-robin', 'kill', 'restart', 'outage', 'after'] as const;
+const hasher = new KeyHasher([{ version: 'v1', secret: KEY_HASH_SECRET }]);
+
+/** The demo policy with four 1000-per-hour keys per scenario (each scenario needs a fresh allowance). */
+function writePolicy(dir: string): string {
+  const demo = JSON.parse(readFileSync(fileURLToPath(new URL('../../../demo/policy.json', import.meta.url)), 'utf8')) as {
+    demoKeys: Record<string, unknown>;
+    policy: Record<string, unknown>;
+  };
+  for (const s of SCENARIOS) for (let i = 0; i < 4; i++) demo.demoKeys[`hour-${s}-${i}`] = { tenant: `t-${s}-${i}`, plan: 'hour' };
+  delete demo.policy.capacity;
+  const path = join(dir, 'policy.json');
+  writeFileSync(path, JSON.stringify(demo));
+  return path;
+}
+
+/** A scenario's key whose hourly window does not end within the next two minutes. */
+function keyFor(scenario: (typeof SCENARIOS)[number]): { key: string; keyId: string; shard: number } {
+  for (let i = 0; i < 4; i++) {
+    const key = `hour-${scenario}-${i}`;
+    const keyId = hasher.hash(key);
+    const offset = phaseOffset(keyId, HOUR);
+    const windowId = windowIdAt(Date.now(), HOUR, offset);
+    if (windowEndMs(windowId, HOUR, offset) - Date.now() > 120_000) return { key, keyId, shard: shardOf(keyId, windowId, 64) };
+  }
+  throw new Error('every candidate key is about to roll over');
+}
+
+/** Sends `n` GETs as `key`, spread over `nodes` by `pick`, four at a time; counts the statuses. */
+async function drive(nodes: readonly GatewayNode[], key: string, n: number, pick: (i: number) => number): Promise<Record<number, number>> {
+  const counts: Record<number, number> = {};
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < n; i = next++) {
+      const res = await fetch(`${nodes[pick(i) % nodes.length]!.url}/api/hello`, { headers: { 'x-api-key': key } });
+      await res.body?.cancel();
+      counts[res.status] = (counts[res.status] ?? 0) + 1;
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+  return counts;
+}
+
+/** GET `url` as `key`: its status, whether it said degraded, and how long it took. */
+async function probe(url: string, key: string): Promise<{ status: number; degraded: boolean; ms: number }> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/api/hello`, { headers: { 'x-api-key': key }, signal: AbortSignal.timeout(5000) });
+  await res.body?.cancel();
+  return { status: res.status, degraded: res.headers.get('x-ratelimit-degraded') === 'true', ms: performance.now() - t0 };
+}
+
+describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per hour)', function () {
+  this.timeout(120_000);
+  let redis: RedisProcess;
+  let fleet: Fleet;
+  let raw: Redis;
+  let dir: string;
+
+  before(async () => {
+    redis = await startRedis();
+    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    dir = mkdtempSync(join(tmpdir(), 'frl-cluster-'));
+    fleet = await startFleet({ nodes: 3, redisUrl: redis.url, env: { KEY_HASH_SECRET, POLICY_FILE: writePolicy(dir), DEGRADED_AFTER_MS: '3000' } });
+  });
+  after(async () => {
+    await fleet?.stop();
+    raw?.disconnect();
+    await redis?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** The node that owns `shard` now, from the ownership table. */
+  async function ownerOf(shard: number): Promise<{ node: GatewayNode; epoch: number }> {
+    const v = (await raw.hget('frl:{ctl}:owners', String(shard))) ?? '';
+    const [token = '', epoch = '0'] = v.split('|');
+    const node = fleet.nodes.find((n) => n.nodeId === token.split('/')[0]);
+    if (node === undefined) throw new Error(`shard ${shard} has no owner in the fleet: "${v}"`);
+    return { node, epoch: Number(epoch) };
+  }
+
+  it('1500 requests all to one node (pinned): admitted within 970..1020', async () => {
+    const { key } = keyFor('pinned');
+    const counts = await drive(fleet.nodes, key, 1500, () => 0);
+    expect(counts[200]).to.be.within(970, 1020);
+    expect((counts[200] ?? 0) + (counts[429] ?? 0)).to.equal(1500);
+  });
+
+  it('1500 requests round-robin over the three nodes: admitted within 970..1020', async () => {
+    const { key } = keyFor('round-robin');
+    const counts = await drive(fleet.nodes, key, 1500, (i) => i);
+    expect(counts[200]).to.be.within(970, 1020);
+    expect((counts[200] ?? 0) + (counts[429] ?? 0)).to.equal(1500);
+  });
+
+  it('kill -9 of the owner of the key’s shard mid-window: another node takes over and keeps enforcing, admitted ≤ 1020', async () => {
+    const { key, shard } = keyFor('kill');
+    const before = await drive(fleet.nodes, key, 500, (i) => i);
+    const { node: victim, epoch } = await ownerOf(shard);
+    await victim.kill('SIGKILL');
+    const survivors = fleet.nodes.filter((n) => n !== victim);
+    const after = await drive(survivors, key, 1000, (i) => i);
+    const admitted = (before[200] ?? 0) + (after[200] ?? 0);
+    expect(admitted).to.be.at.most(1020);
+    expect(admitted).to.be.at.least(500);
+    const now = await ownerOf(shard);
+    expect(now.node).to.not.equal(victim);
+    expect(now.epoch).to.be.above(epoch);
+    await victim.restart();
+  });
+
+  it('a node restarted mid-window comes back under a new epoch: over-admission 0, under-admission ≤ 1/fleet', async () => {
+    const { key } = keyFor('restart');
+    const first = await drive(fleet.nodes, key, 600, (i) => i);
+    await fleet.nodes[1]!.kill('SIGKILL');
+    await fleet.nodes[1]!.restart();
+    const second = await drive(fleet.nodes, key, 900, (i) => i);
+    const admitted = (first[200] ?? 0) + (second[200] ?? 0);
+    expect(admitted).to.be.at.most(1000);
+    expect(admitted).to.be.at.least(1000 - Math.ceil(1000 / 3));
+  });
+
+  it('Redis frozen 2 s, then past the degraded limit, then restarted empty: every request answered from memory, none waits on Redis; the fleet reconverges', async function () {
+    if (redis.external) this.skip();
+    const { key } = keyFor('outage');
+    await drive(fleet.nodes, key, 300, (i) => i);
+    const during: Array<{ status: number; degraded: boolean; ms: number }> = [];
+    const serve = async (ms: number): Promise<void> => {
+      for (const end = Date.now() + ms; Date.now() < end; ) {
+        for (const n of fleet.nodes) during.push(await probe(n.url, key));
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    redis.pause();
+    try {
+      await serve(2000);
+    } finally {
+      redis.resume();
+    }
+    expect(during.every((r) => r.status === 200 || r.status === 429)).to.equal(true);
+    expect(during.some((r) => r.degraded)).to.equal(false);
+    await serve(500);
+
+    // Past DEGRADED_AFTER_MS (3 s): degraded mode and its header on every node (H4, F5).
+    during.length = 0;
+    redis.pause();
+    try {
+      await serve(3800);
+    } finally {
+      redis.resume();
+    }
+    const late = during.slice(-3);
+    expect(late.every((r) => r.degraded), JSON.stringify(late)).to.equal(true);
+    expect(during.every((r) => r.status === 200 || r.status === 429)).to.equal(true);
+    for (let i = 0; i < 100 && (await probe(fleet.nodes[0]!.url, key)).degraded; i++) await new Promise((r) => setTimeout(r, 50));
+    expect((await probe(fleet.nodes[0]!.url, key)).degraded).to.equal(false);
+
+    // Restarted empty: requests keep being answered while it is down and after.
+    during.length = 0;
+    const restarting = redis.restart({ empty: true });
+    await serve(500);
+    await restarting;
+    await serve(500);
+    expect(during.every((r) => r.status === 200 || r.status === 429)).to.equal(true);
+    const slowest = Math.max(...during.map((r) => r.ms));
+    expect(slowest, 'no request waits on Redis').to.be.below(1000);
+    const fresh = keyFor('after').key;
+    for (const n of fleet.nodes) expect(await statusAfterRetries(`${n.url}/api/hello`, fresh)).to.equal(200);
+    for (let i = 0; i < 100 && (await raw.hlen('frl:{ctl}:owners')) < 64; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(await raw.hlen('frl:{ctl}:owners')).to.equal(64);
+  });
+});
