@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { joinFleet } from '../../bus/member.js';
-import { RedisBus } from '../../bus/redis.js';
+import { RedisBus, type RedisConnectionOptions } from '../../bus/redis.js';
 import { systemClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
@@ -22,9 +22,13 @@ export interface Member {
   stop(): Promise<void>;
 }
 
-/** Joins `url` under `prefix` as `nodeId`, driving rounds every 25 ms like the middleware does. */
-export function joinRedisFleet(url: string, prefix: string, nodeId: string, degradedAfterMs = 30_000): Member {
-  const bus = new RedisBus({ url, prefix, busSecret: BUS_SECRET, shards: SHARDS, roundMs: ROUND_MS, degradedAfterMs, snapshotMs: 200 });
+/**
+ * Joins the Redis at `url` (or the Redis Cluster with these seed URLs) under `prefix` as `nodeId`,
+ * driving rounds every 25 ms like the middleware does.
+ */
+export function joinRedisFleet(url: string | string[], prefix: string, nodeId: string, degradedAfterMs = 30_000, extra: Partial<RedisConnectionOptions> = {}): Member {
+  const where = typeof url === 'string' ? { url } : { clusterNodes: url };
+  const bus = new RedisBus({ ...where, ...extra, prefix, busSecret: BUS_SECRET, shards: SHARDS, roundMs: ROUND_MS, degradedAfterMs, snapshotMs: 200 });
   const nodeEpoch = randomUUID();
   const { node, owner } = joinFleet(
     bus,

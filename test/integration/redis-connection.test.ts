@@ -1,0 +1,73 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RedisBus } from '../../bus/redis.js';
+import { freePort } from '../../scripts/free-port.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { BUS_SECRET, joinRedisFleet, ROUND_MS, SHARDS, until } from '../support/redis-members.js';
+
+/** A throwaway CA and a server certificate for 127.0.0.1, or undefined without openssl. */
+function certificates(dir: string): { ca: string; cert: string; key: string } | undefined {
+  const ssl = (...args: string[]): void => {
+    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  };
+  try {
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '1', '-subj', '/CN=frl-test-ca');
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=127.0.0.1');
+    writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1\n');
+    ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.crt', '-days', '1', '-extfile', 'san.ext');
+  } catch {
+    return undefined;
+  }
+  return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
+}
+
+describe('Redis bus connection options: ACL user, TLS', function () {
+  this.timeout(30_000);
+  let dir: string;
+  const started: RedisProcess[] = [];
+  const stops: Array<() => Promise<void>> = [];
+
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'frl-tls-'));
+  });
+  afterEach(async () => {
+    await Promise.all(stops.splice(0).map((s) => s()));
+    await Promise.all(started.splice(0).map((r) => r.stop()));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('runs as an ACL user confined to its key prefix and channels; a wrong password never gets ready', async function () {
+    const redis = await startRedis();
+    started.push(redis);
+    if (redis.external) this.skip();
+    const admin = new (await import('ioredis')).Redis(redis.url);
+    await admin.call('ACL', 'SETUSER', 'gateway', 'on', '>gateway-password', '~acl:*', '&acl:*', '+@all', '-@admin', '-@dangerous', '+info');
+    admin.disconnect();
+    const url = `redis://gateway:gateway-password@127.0.0.1:${redis.port}`;
+    const m = joinRedisFleet(url, 'acl', 'a');
+    stops.push(m.stop);
+    await m.bus.ready();
+    expect(m.bus.ownedShards()).to.have.length(SHARDS);
+
+    const wrong = new RedisBus({ url, password: 'not-the-password', prefix: 'acl', busSecret: BUS_SECRET, shards: SHARDS, roundMs: ROUND_MS, degradedAfterMs: 30_000 });
+    stops.push(() => wrong.close());
+    const outcome = await Promise.race([wrong.ready().then(() => 'ready'), new Promise((r) => setTimeout(() => r('not ready'), 500))]);
+    expect(outcome).to.equal('not ready');
+  });
+
+  it('connects over TLS (rediss://) to a server with a private CA', async function () {
+    const certs = certificates(dir);
+    if (certs === undefined) this.skip();
+    const tlsPort = await freePort();
+    const redis = await startRedis({ args: ['--tls-port', String(tlsPort), '--tls-cert-file', certs!.cert, '--tls-key-file', certs!.key, '--tls-ca-cert-file', certs!.ca, '--tls-auth-clients', 'no'] });
+    started.push(redis);
+    if (redis.external) this.skip();
+    const m = joinRedisFleet(`rediss://127.0.0.1:${tlsPort}`, 'tls', 'a', 30_000, { tls: { ca: readFileSync(certs!.ca) } });
+    stops.push(m.stop);
+    await m.bus.ready();
+    await until(() => m.bus.ownedShards().length === SHARDS, 'every shard');
+  });
+});
