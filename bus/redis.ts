@@ -455,7 +455,7 @@ export class RedisBus implements Bus {
       do {
         const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.key(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
         if (!current()) return;
-        await this.fold(shard, claimed, true);
+        await this.fold(shard, claimed, true, []);
         cursor = next;
       } while (cursor !== '0-0');
       st.settleUntil = blind ? this.clock.monotonic() + BLIND_SETTLE_ROUNDS * this.opts.roundMs : 0;
@@ -489,7 +489,7 @@ export class RedisBus implements Bus {
           continue;
         }
         const block = 2 * this.opts.roundMs;
-        const results: Array<[string, StreamEntries] | null> = [];
+        const results: Array<[string, StreamEntries]> = [];
         if (this.cluster) {
           const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.key(s, 'reports'), '>')));
           for (const r of each as Array<Array<[string, StreamEntries]> | null>) results.push(...(r ?? []));
@@ -499,11 +499,11 @@ export class RedisBus implements Bus {
           const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
           results.push(...(r ?? []));
         }
-        for (const res of results) {
-          if (res === null) continue;
-          const shard = Number(/\{s(\d+)\}/.exec(res[0])?.[1]);
-          await this.fold(shard, res[1], false);
-        }
+        // Everything read in one go is answered in one go: one message per node, one log entry per shard.
+        const out: OwnerMessage[] = [];
+        const acks = results.map((res) => this.fold(Number(/\{s(\d+)\}/.exec(res[0])?.[1]), res[1], false, out));
+        this.route(out);
+        await Promise.all(acks);
       } catch (err) {
         if (this.closed) break;
         if (String((err as Error).message).includes('NOGROUP')) {
@@ -519,13 +519,12 @@ export class RedisBus implements Bus {
    * Folds report entries of a shard and acks them; an entry that can never be folded goes to the dead
    * letter stream and is acked too, so nothing stays pending. During a takeover or a blind settle,
    * entries only rebuild ledgers (replay), nothing is issued. Entries of a shard no longer ours stay
-   * pending for its next owner.
+   * pending for its next owner. Messages for nodes go to `out`; resolves once the entries are acked.
    */
-  private async fold(shard: number, entries: StreamEntries, replayOnly: boolean): Promise<void> {
+  private fold(shard: number, entries: StreamEntries, replayOnly: boolean, out: OwnerMessage[]): Promise<unknown> {
     const st = this.owned.get(shard);
-    if (st === undefined || entries.length === 0) return;
+    if (st === undefined || entries.length === 0) return Promise.resolve();
     const acks: string[] = [];
-    const out: OwnerMessage[] = [];
     for (const [id, flat] of entries) {
       st.lastRead = id;
       if (flat === null) {
@@ -553,8 +552,7 @@ export class RedisBus implements Bus {
       acks.push(id);
     }
     if (st.state === 'settling' && this.clock.monotonic() >= st.settleUntil) st.state = 'ready';
-    this.route(out);
-    if (acks.length) await this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks);
+    return acks.length ? this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
   }
 
   private deadLetter(shard: number, id: string, fields: Record<string, string>, err: unknown, reason?: 'fold'): void {

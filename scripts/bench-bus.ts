@@ -1,0 +1,227 @@
+import { fork } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
+import { joinFleet } from '../bus/member.js';
+import { RedisBus, type RedisBusStats } from '../bus/redis.js';
+import { systemClock } from '../lib/clock.js';
+import { compilePolicy } from '../lib/policy.js';
+import { phaseOffset, windowIdAt } from '../lib/window.js';
+import { startRedis } from './redis-server.js';
+
+/**
+ * `npm run bench:bus [-- --nodes 3 --keys 1000 --limit 10 --duration 12 --redis URL]`: the leasing
+ * protocol on real processes over a real Redis. Each node process joins the fleet (RedisBus, 64
+ * shards, T = 25 ms) and offers its share of 1.2 × the allowance of every key (1 s windows), calling
+ * the decision path directly (no HTTP, so the figures are the protocol's, not Express's). Reports the
+ * fast-path share and round trip (N3), bus messages per node per second, Redis commands per second,
+ * and over/under-admission per key and window against the allowance (Q1 on real processes). Without
+ * --redis it starts a private redis-server. The first 2 s are warm-up.
+ */
+
+const USAGE = 'usage: npm run bench:bus -- [--nodes 3] [--keys 1000] [--limit 10] [--duration 12] [--redis redis://host:port]';
+const WINDOW_MS = 1000;
+const WARM_UP_MS = 2000;
+const OFFERED = 1.2;
+const TICK_MS = 5;
+
+interface ChildReport {
+  requests: number;
+  fastPath: number;
+  fastPathTimeouts: number;
+  rtt: { count: number; p50: number; p99: number };
+  bus: RedisBusStats;
+  admitted: Record<string, number>;
+  seconds: number;
+}
+
+interface Settings {
+  nodes: number;
+  keys: number;
+  limit: number;
+  durationMs: number;
+  redis?: string;
+}
+
+function keyIdOf(i: number): string {
+  return `v1:${String(i).padStart(22, 'b')}`;
+}
+
+/** One node: join, offer load for the duration, send the counts to the parent. */
+async function child(s: Settings & { redis: string; index: number; startAt: number }): Promise<void> {
+  const nodeId = `bench-${s.index + 1}`;
+  const bus = new RedisBus({ url: s.redis, prefix: 'bench', busSecret: { versions: [{ version: 'b1', secret: 'bench-bus-secret-0123' }] }, shards: 64, roundMs: 25, degradedAfterMs: 30_000 });
+  const { node, owner } = joinFleet(bus, { nodeId, nodeEpoch: randomUUID(), shards: 64, maxBuckets: 50_000, roundMs: 25, fastPathDeadlineMs: 1, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 }, systemClock);
+  const rounds = setInterval(() => {
+    node.endRound();
+    owner.sweep(Date.now());
+  }, 25);
+  await bus.ready();
+  const policy = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'w', windowMs: WINDOW_MS, limit: s.limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' });
+  const plan = policy.limitsFor(keyIdOf(0), 't');
+  const admitted: Record<string, number> = {};
+  const perTick = (s.keys * s.limit * OFFERED * TICK_MS) / WINDOW_MS / s.nodes;
+  let owed = 0;
+  let next = Math.floor((s.index * s.keys) / s.nodes);
+  let requests = 0;
+  const count = (k: number, at: number, ok: boolean): void => {
+    if (!ok || at < s.startAt + WARM_UP_MS) return;
+    const id = keyIdOf(k);
+    const w = `${k}|${windowIdAt(at, WINDOW_MS, phaseOffset(id, WINDOW_MS))}`;
+    admitted[w] = (admitted[w] ?? 0) + 1;
+  };
+  await new Promise((r) => setTimeout(r, Math.max(0, s.startAt - Date.now())));
+  let base: { fastPath: number; timeouts: number; bus: RedisBusStats; rtt: number } | undefined;
+  const end = s.startAt + s.durationMs;
+  await new Promise<void>((done) => {
+    const tick = setInterval(() => {
+      const now = Date.now();
+      if (base === undefined && now >= s.startAt + WARM_UP_MS) {
+        base = { fastPath: node.stats.fastPath, timeouts: bus.stats.fastPathTimeouts, bus: structuredClone(bus.stats), rtt: bus.fastPathRtt().count };
+        requests = 0;
+      }
+      if (now >= end) {
+        clearInterval(tick);
+        done();
+        return;
+      }
+      for (owed += perTick; owed >= 1; owed--) {
+        // Every node offers every key its share: uniform traffic.
+        const k = next++ % s.keys;
+        requests++;
+        const r = node.acquire(keyIdOf(k), plan);
+        if (r instanceof Promise) void r.then((x) => count(k, now, x.admitted));
+        else count(k, now, r.admitted);
+      }
+    }, TICK_MS);
+  });
+  const b = base!;
+  const stats = structuredClone(bus.stats);
+  for (const k of Object.keys(stats) as Array<keyof RedisBusStats>) if (typeof stats[k] === 'number') (stats[k] as number) -= b.bus[k] as number;
+  const report: ChildReport = {
+    requests,
+    fastPath: node.stats.fastPath - b.fastPath,
+    fastPathTimeouts: bus.stats.fastPathTimeouts - b.timeouts,
+    rtt: bus.fastPathRtt(),
+    bus: stats,
+    admitted,
+    seconds: (s.durationMs - WARM_UP_MS) / 1000,
+  };
+  clearInterval(rounds);
+  process.send!(report);
+  await bus.close();
+  process.exit(0);
+}
+
+function percentile(values: number[], q: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+}
+
+async function parent(s: Settings): Promise<void> {
+  const own = s.redis === undefined ? await startRedis() : undefined;
+  const url = s.redis ?? own!.url;
+  const raw = new Redis(url);
+  await raw.flushdb();
+  const statsBefore = await commandStats(raw);
+  const startAt = Date.now() + 1500;
+  const script = fileURLToPath(import.meta.url);
+  const reports = await Promise.all(
+    Array.from({ length: s.nodes }, (_, index) =>
+      new Promise<ChildReport>((resolve, reject) => {
+        const c = fork(script, ['--child', JSON.stringify({ ...s, redis: url, index, startAt })], { stdio: 'inherit' });
+        c.once('message', (m) => resolve(m as ChildReport));
+        c.once('exit', (code) => code !== 0 && reject(new Error(`node ${index + 1} exited with ${code}`)));
+      }),
+    ),
+  );
+  const statsAfter = await commandStats(raw);
+  raw.disconnect();
+  await own?.stop();
+
+  // Windows wholly inside the measured period, per key: admitted against the allowance.
+  const admitted = new Map<string, number>();
+  for (const r of reports) for (const [w, n] of Object.entries(r.admitted)) admitted.set(w, (admitted.get(w) ?? 0) + n);
+  const from = startAt + WARM_UP_MS;
+  const to = startAt + s.durationMs;
+  let windows = 0;
+  let over = 0;
+  let under = 0;
+  for (let k = 0; k < s.keys; k++) {
+    const off = phaseOffset(keyIdOf(k), WINDOW_MS);
+    for (let w = windowIdAt(from, WINDOW_MS, off) + 1; (w + 1) * WINDOW_MS + off <= to; w++) {
+      const a = admitted.get(`${k}|${w}`) ?? 0;
+      windows++;
+      over += Math.max(0, a - s.limit);
+      under += Math.max(0, s.limit - a);
+    }
+  }
+  const seconds = reports[0]!.seconds;
+  const sum = (f: (r: ChildReport) => number): number => reports.reduce((a, r) => a + f(r), 0);
+  const requests = sum((r) => r.requests);
+  const messages = sum((r) => r.bus.reportsSent + r.bus.asksSent + r.bus.messagesSent + r.bus.snapshots);
+  const rounds = sum((r) => r.bus.rounds);
+  const totalCommands = Object.keys(statsAfter).reduce((a, c) => a + statsAfter[c]! - (statsBefore[c] ?? 0), 0);
+  const pct = (x: number, of: number): string => (of === 0 ? '-' : ((100 * x) / of).toFixed(3));
+  const rows: Array<[string, string]> = [
+    ['nodes × keys', `${s.nodes} × ${s.keys} (limit ${s.limit} per 1 s window, offered ${OFFERED}×)`],
+    ['requests per node per s', (requests / s.nodes / seconds).toFixed(0)],
+    ['fast path % of requests', pct(sum((r) => r.fastPath), requests)],
+    ['fast-path asks that missed 1 ms', pct(sum((r) => r.fastPathTimeouts), sum((r) => r.bus.asksSent))],
+    ['fast-path rtt p50 / p99 ms', `${percentile(reports.map((r) => r.rtt.p50), 0.5).toFixed(3)} / ${Math.max(...reports.map((r) => r.rtt.p99)).toFixed(3)}`],
+    ['bus messages per node per s', (messages / s.nodes / seconds).toFixed(0)],
+    ['  of which report entries', (sum((r) => r.bus.reportsSent) / s.nodes / seconds).toFixed(0)],
+    ['control rounds per node per s', (rounds / s.nodes / seconds).toFixed(1)],
+    ['Redis commands per s (whole run)', (totalCommands / ((s.durationMs + 1500) / 1000)).toFixed(0)],
+    ['windows measured', String(windows)],
+    ['over-admission % of allowance', pct(over, windows * s.limit)],
+    ['under-admission % of allowance', pct(under, windows * s.limit)],
+  ];
+  const width = Math.max(...rows.map(([k]) => k.length));
+  process.stdout.write(
+    [`bus benchmark: real processes over Redis (${s.redis === undefined ? 'private redis-server' : url}), ${s.durationMs / 1000} s, first 2 s warm-up`, `command: npm run bench:bus -- ${process.argv.slice(2).join(' ')}`, '', ...rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`), ''].join('\n'),
+  );
+}
+
+/** Total calls per command from INFO commandstats. */
+async function commandStats(r: Redis): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const line of (await r.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
+    if (m) out[m[1]!] = Number(m[2]);
+  }
+  return out;
+}
+
+function main(): void {
+  let v;
+  try {
+    v = parseArgs({ options: { nodes: { type: 'string' }, keys: { type: 'string' }, limit: { type: 'string' }, duration: { type: 'string' }, redis: { type: 'string' }, child: { type: 'string' } }, strict: true }).values;
+  } catch (err) {
+    process.stderr.write(`bench:bus: ${(err as Error).message}\n${USAGE}\n`);
+    process.exit(2);
+  }
+  if (v.child !== undefined) return void child(JSON.parse(v.child));
+  const int = (name: string, raw: string | undefined, dflt: number, min: number, max: number): number => {
+    const n = raw === undefined ? dflt : Number(raw);
+    if (!Number.isInteger(n) || n < min || n > max) {
+      process.stderr.write(`bench:bus: --${name} must be an integer from ${min} to ${max}, got "${raw}"\n${USAGE}\n`);
+      process.exit(2);
+    }
+    return n;
+  };
+  const s: Settings = {
+    nodes: int('nodes', v.nodes, 3, 1, 16),
+    keys: int('keys', v.keys, 1000, 1, 100_000),
+    limit: int('limit', v.limit, 10, 1, 1_000_000),
+    durationMs: int('duration', v.duration, 12, 4, 600) * 1000,
+    ...(v.redis !== undefined ? { redis: v.redis } : {}),
+  };
+  parent(s).catch((err: unknown) => {
+    process.stderr.write(`bench:bus: ${(err as Error).message}\n`);
+    process.exit(1);
+  });
+}
+
+main();
