@@ -613,7 +613,7 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }));
+      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false);
     }
   }
 
@@ -645,10 +645,14 @@ export class RedisBus implements Bus {
     ]);
   }
 
-  /** XADD without waiting; dropped (and counted) while Redis is out of reach or backed up. */
-  private append(key: string, fields: EnvelopeFields): boolean {
+  /**
+   * XADD without waiting. With `droppable` (reports: cumulative, the next one makes up for it) it is
+   * skipped while Redis is out of reach or backed up; grants are always written, since a later owner
+   * must know them (an owner out of reach stops issuing within its lease anyway).
+   */
+  private append(key: string, fields: EnvelopeFields, droppable: boolean): boolean {
     const mono = this.clock.monotonic();
-    if (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards) return false;
+    if (droppable && (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards)) return false;
     this.inflight++;
     this.redis
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...flatFields(fields))
@@ -668,7 +672,7 @@ export class RedisBus implements Bus {
       return;
     }
     // Reports are cumulative: one skipped while Redis is out of reach is made good by the next.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch))) this.stats.reportsSent++;
+    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true)) this.stats.reportsSent++;
     else this.stats.reportsSkipped++;
   }
 
