@@ -149,7 +149,7 @@ const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.no
 const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: decodeBatch,
   grants: object({ shard: uint, grants: list(decodeGrant) }),
-  snapshot: object({ shard: uint, entries: list(decodeEntry) }),
+  snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000) }),
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
 };

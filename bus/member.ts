@@ -25,7 +25,11 @@ export function joinFleet(bus: Bus, s: MemberSettings, clock: Clock): { node: Le
   const identity = { nodeId: s.nodeId, nodeEpoch: s.nodeEpoch };
   // The node must exist before messages can be delivered to it; none are sent before serveOwner.
   let node: LeaseNode | undefined;
-  const link = bus.connectNode(identity, (m) => node?.onMessage(m));
+  const link = bus.connectNode(
+    identity,
+    (m) => node?.onMessage(m),
+    (shards) => node?.resync(shards),
+  );
   node = new LeaseNode({ ...s, demandRounds: DEMAND_ROUNDS, missedRoundsLimit: MISSED_ROUNDS }, clock, link);
   const owner = new FoldOwner({
     ownerEpoch: (shard) => bus.ownerEpoch(shard),

@@ -55,6 +55,11 @@ const WARM_UP_KEY = 'warm-up';
 const READ_COUNT = 500;
 
 const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
+const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
+/** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
+const CLAIM_EVERY_ROUNDS = 8;
+/** A blind takeover waits at most this many rounds for every member to report again. */
+const BLIND_MAX_ROUNDS = 20;
 
 type Client = Redis | Cluster;
 type StreamEntries = Array<[string, string[]]>;
@@ -72,6 +77,10 @@ interface Ownership {
 interface Owned {
   epoch: number;
   state: 'taking' | 'settling' | 'ready';
+  /** When it became ours (monotonic). */
+  takenAt: number;
+  /** Round of the last sweep for stranded entries. */
+  claimRound: number;
   /** Monotonic time until which the lease is certainly ours (renewal sent + lease − one round). */
   validUntil: number;
   settleUntil: number;
@@ -117,6 +126,8 @@ export interface RedisBusStats {
   answersLate: number;
   fastPathTimeouts: number;
   messagesSent: number;
+  /** Owner messages dropped because a newer owner holds their shard. */
+  staleMessages: number;
   takeovers: number;
   snapshots: number;
 }
@@ -139,7 +150,7 @@ export class RedisBus implements Bus {
   readonly stats: RedisBusStats = {
     rounds: 0, roundFailures: 0, reportsSent: 0, reportsSkipped: 0, entriesFolded: 0,
     rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 }, deadLettered: 0,
-    asksSent: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, takeovers: 0, snapshots: 0,
+    asksSent: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, takeovers: 0, snapshots: 0,
   };
   private readonly redis: Client;
   private readonly reader: Client;
@@ -154,7 +165,6 @@ export class RedisBus implements Bus {
   private readonly table: Array<Ownership | undefined>;
   private readonly owned = new Map<number, Owned>();
   private readonly members = new Map<string, Member>();
-  private unsettledIds: string[] = [];
   private hadTable = false;
   private lastRoundOk = Number.NEGATIVE_INFINITY;
   /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
@@ -162,13 +172,18 @@ export class RedisBus implements Bus {
   private graceIds: string[] = [];
   private roundBusy = false;
   private inflight = 0;
-  private askSeq = 0;
+  /** Ask ids start at a random point: a late answer meant for an earlier process of the same node id never matches. */
+  private askSeq = Math.floor(Math.random() * 2 ** 40);
+  /** Highest owner epoch seen on any shard: a claim never goes below it, whatever Redis's clock says. */
+  private maxEpoch = 0;
+  private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly asks = new Map<number, AskGroup>();
   private readonly rtts = new Float64Array(4096);
   private rttCount = 0;
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
+  private readyReject?: (err: Error) => void;
   private readonly readyPromise: Promise<void>;
 
   constructor(private readonly opts: RedisBusOptions) {
@@ -177,21 +192,28 @@ export class RedisBus implements Bus {
     this.prefix = opts.prefix ?? 'frl';
     this.cluster = opts.clusterNodes !== undefined;
     this.table = new Array<Ownership | undefined>(opts.shards);
-    this.redis = connect(opts, { enableAutoPipelining: true, commandTimeout: 2000 });
-    this.redis.defineCommand('frlRound', { numberOfKeys: 3, lua: ROUND_SCRIPT });
+    // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
+    this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
+    this.redis.defineCommand('frlRound', { numberOfKeys: 4, lua: ROUND_SCRIPT });
+    this.redis.defineCommand('frlSnapshot', { numberOfKeys: 2, lua: SNAPSHOT_SCRIPT });
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
     for (const c of [this.redis, this.reader, this.sub]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
-    this.readyPromise = new Promise((resolve) => (this.readyResolve = resolve));
+    this.readyPromise = new Promise((resolve, reject) => {
+      this.readyResolve = resolve;
+      this.readyReject = reject;
+    });
+    this.readyPromise.catch(() => undefined); // a close() before ready is not an unhandled rejection
     this.readerDone = this.readLoop();
   }
 
   // ---- Bus --------------------------------------------------------------------------------------
 
-  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink {
+  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void, onOwnersChanged?: (shards: ReadonlySet<number>) => void): OwnerLink {
     this.identity = node;
     this.deliver = onMessage;
+    this.onOwnersChanged = onOwnersChanged;
     void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
@@ -211,7 +233,7 @@ export class RedisBus implements Bus {
     const roundMs = this.opts.roundMs;
     return {
       size: () => Math.max(1, this.members.size),
-      unsettled: () => this.unsettledIds,
+      unsettled: () => this.unsettled(),
       rejoining: (nodeId) => this.clock.monotonic() - (this.members.get(nodeId)?.rejoinedAt ?? Number.NEGATIVE_INFINITY) < roundMs,
     };
   }
@@ -253,6 +275,8 @@ export class RedisBus implements Bus {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.readyReject?.(new Error('the bus was closed before it was ready'));
+    this.readyResolve = undefined;
     for (const a of [...this.asks.values()]) this.finish(a, false);
     const owned = [...this.owned.keys()];
     try {
@@ -310,14 +334,16 @@ export class RedisBus implements Bus {
       })
       .finally(() => (this.roundBusy = false));
     this.snapshots(mono);
+    this.claimStranded();
   }
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
     const sent = this.clock.monotonic();
-    const res = (await (this.redis as unknown as RoundCommand).frlRound(
+    const res = (await (this.redis as unknown as ScriptCommands).frlRound(
       this.ctl('members'),
       this.ctl('epochs'),
       this.ctl('owners'),
+      this.ctl('left'),
       this.identity!.nodeId,
       this.identity!.nodeEpoch,
       String(LEASE_ROUNDS * this.opts.roundMs),
@@ -325,12 +351,13 @@ export class RedisBus implements Bus {
       wanted.join(','),
       released.join(','),
       leave ? '1' : '0',
-    )) as [string, string[], string[], string[]];
+      String(this.maxEpoch),
+    )) as RoundReply;
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
 
   /** Takes in the fleet and the ownership table; starts takeovers of shards newly ours. */
-  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind]: [string, string[], string[], string[]]): void {
+  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind, flatLeft]: RoundReply): void {
     const got = this.clock.monotonic();
     const redisNow = Number(nowStr);
     const roundMs = this.opts.roundMs;
@@ -357,13 +384,17 @@ export class RedisBus implements Bus {
         m.epoch = epoch;
       }
     }
-    for (const id of this.members.keys()) if (!seen.has(id)) this.members.delete(id);
-    const me = this.identity!.nodeId;
-    this.unsettledIds = [...this.members]
-      .filter(([id, m]) => id !== me && (got - m.lastSeen >= SILENT_ROUNDS * roundMs || got - m.rejoinedAt < roundMs))
-      .map(([id]) => id);
+    // A member missing from the list is kept until it could no longer be granting itself credit
+    // (F5): Redis may simply have lost the list (restarted empty). Only a clean leave drops it at once.
+    const left = new Map<string, number>();
+    for (let i = 0; i + 1 < flatLeft.length; i += 2) left.set(flatLeft[i]!, got - (redisNow - Number(flatLeft[i + 1])));
+    for (const [id, m] of this.members) {
+      const leftAt = left.get(id);
+      if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) this.members.delete(id);
+    }
 
     const blindSet = new Set(blind.map(Number));
+    const before = this.table.map((o) => o?.epoch);
     this.table.fill(undefined);
     for (let i = 0; i + 1 < flatOwners.length; i += 2) {
       const s = Number(flatOwners[i]);
@@ -371,22 +402,30 @@ export class RedisBus implements Bus {
       const [owner = '', ownerProcess = ''] = token.split('/');
       if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow) continue;
       this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow) };
+      this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
       if (!this.mine(s)) continue;
-      const validUntil = sent + (Number(exp) - redisNow) - roundMs;
+      const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
-      if (o !== undefined) {
-        // Ours all along (renewed, or re-claimed after a lapse nobody used): the ledgers are current.
+      if (o !== undefined && (o.epoch === Number(epoch) || blindSet.has(s))) {
+        // Ours all along (renewed; or re-claimed after Redis lost the table, nobody else having
+        // served it meanwhile): the ledgers are current.
         o.epoch = Number(epoch);
         o.validUntil = validUntil;
       } else {
-        const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0' };
+        // New to us — or the epoch moved under us, so someone else may have served it: rebuild.
+        const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
         void this.takeover(s, taken, blindSet.has(s));
       }
     }
+    // Owners changed: the node reports every bucket of those shards again, so a new owner that had
+    // no log to replay learns what is held.
+    const changed = new Set<number>();
+    this.table.forEach((o, s) => o !== undefined && before[s] !== undefined && o.epoch !== before[s] && changed.add(s));
+    if (changed.size > 0) this.onOwnersChanged?.(changed);
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil) o.state = 'ready';
+      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o.takenAt, got)) o.state = 'ready';
     }
     this.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
@@ -397,6 +436,37 @@ export class RedisBus implements Bus {
       this.readyResolve = undefined;
       void this.warmUp().finally(resolve);
     }
+  }
+
+  /**
+   * Members whose boundary self-grant the owner may not have seen: silent two rounds or more (as of
+   * now, so a freeze of Redis counts), or back less than a round ago.
+   */
+  private unsettled(): string[] {
+    const mono = this.clock.monotonic();
+    const roundMs = this.opts.roundMs;
+    const out: string[] = [];
+    for (const [id, m] of this.members) {
+      if (id !== this.identity?.nodeId && (mono - m.lastSeen >= SILENT_ROUNDS * roundMs || mono - m.rejoinedAt < roundMs)) out.push(id);
+    }
+    return out;
+  }
+
+  /** How long a silent member is remembered: while it may still be granting itself credit (F4, F5). */
+  private memberExpiryMs(): number {
+    return this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs;
+  }
+
+  /**
+   * After a blind takeover: whether every member has run a round since (so has seen the new owner and
+   * reported its buckets again), or the wait has gone on long enough that those who have not are
+   * held back as silent anyway.
+   */
+  private everyoneReportedSince(takenAt: number, now: number): boolean {
+    const roundMs = this.opts.roundMs;
+    if (now - takenAt >= BLIND_MAX_ROUNDS * roundMs) return true;
+    for (const m of this.members.values()) if (m.lastSeen < takenAt + 2 * roundMs) return false;
+    return true;
   }
 
   /** Members that may own shards: heard within a lease, plus (after an outage of ours) those heard before it. */
@@ -415,7 +485,10 @@ export class RedisBus implements Bus {
   /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
   private serving(shard: number): boolean {
     const o = this.owned.get(shard);
-    return o !== undefined && o.state === 'ready' && this.clock.monotonic() < o.validUntil;
+    const mono = this.clock.monotonic();
+    // Out of touch with Redis, an owner stops too: it could not log what it grants, and its peers
+    // already count it as out of reach.
+    return o !== undefined && o.state === 'ready' && mono < o.validUntil && mono - this.lastRoundOk < REACH_ROUNDS * this.opts.roundMs;
   }
 
   private reachable(shard: number): boolean {
@@ -542,7 +615,8 @@ export class RedisBus implements Bus {
         continue;
       }
       try {
-        if (replayOnly || st.state !== 'ready' || this.clock.monotonic() < st.settleUntil) this.owner!.replay([{ kind: 'report', batch: env.body }]);
+        // Not serving (taking over, settling, lease in doubt, Redis out of reach): merge, issue nothing.
+        if (replayOnly || !this.serving(shard)) this.owner!.replay([{ kind: 'report', batch: env.body }]);
         else out.push(...this.owner!.onReports(env.body));
         this.stats.entriesFolded++;
         st.dirty = true;
@@ -551,7 +625,6 @@ export class RedisBus implements Bus {
       }
       acks.push(id);
     }
-    if (st.state === 'settling' && this.clock.monotonic() >= st.settleUntil) st.state = 'ready';
     return acks.length ? this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
   }
 
@@ -613,7 +686,7 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false);
+      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch);
     }
   }
 
@@ -621,7 +694,7 @@ export class RedisBus implements Bus {
   private snapshots(mono: number): void {
     const every = this.opts.snapshotMs ?? 1000;
     for (const [s, o] of this.owned) {
-      if (o.state === 'ready' && o.dirty && mono - o.snapshotAt >= every) {
+      if (this.serving(s) && o.dirty && mono - o.snapshotAt >= every) {
         o.snapshotAt = mono;
         o.dirty = false;
         this.writeSnapshot(s).catch((err: unknown) => this.warn(err, 'snapshot failed'));
@@ -629,20 +702,43 @@ export class RedisBus implements Bus {
     }
   }
 
+  /**
+   * Checkpoints a shard and trims the log and reports behind it, less two rounds (B4), in one fenced
+   * script (`lua/snapshot.lua`): a deposed owner finds its successor's higher epoch and does nothing.
+   */
   private async writeSnapshot(shard: number): Promise<void> {
     const o = this.owned.get(shard);
-    if (o === undefined || o.state !== 'ready') return;
-    const lastRead = o.lastRead;
-    const id = (await this.redis.call('XADD', this.key(shard, 'log'), '*', ...flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard) })))) as string;
-    this.stats.snapshots++;
-    // Keep two rounds behind the snapshot; reports not yet read are never trimmed.
-    const margin = 2 * this.opts.roundMs;
-    const snapMs = Number(id.split('-')[0]);
-    const readMs = Number(lastRead.split('-')[0]);
-    await Promise.all([
-      this.redis.call('XTRIM', this.key(shard, 'log'), 'MINID', '~', String(snapMs - margin)),
-      readMs > 0 ? this.redis.call('XTRIM', this.key(shard, 'reports'), 'MINID', '~', String(Math.min(snapMs, readMs) - margin)) : undefined,
-    ]);
+    if (o === undefined || !this.serving(shard)) return;
+    const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard) }));
+    const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
+      this.key(shard, 'log'),
+      this.key(shard, 'reports'),
+      String(o.epoch),
+      String(2 * this.opts.roundMs),
+      o.lastRead.split('-')[0]!,
+      ...fields,
+    );
+    if (id) this.stats.snapshots++;
+  }
+
+  /**
+   * Every few rounds, per shard served: report entries still pending with another consumer for over
+   * two rounds (delivered to a deposed owner's last blocking read) are claimed and folded.
+   */
+  private claimStranded(): void {
+    if (this.stats.rounds % CLAIM_EVERY_ROUNDS !== 0) return;
+    for (const [s, o] of this.owned) {
+      if (!this.serving(s) || o.claimRound === this.stats.rounds) continue;
+      o.claimRound = this.stats.rounds;
+      (this.redis.call('XAUTOCLAIM', this.key(s, 'reports'), GROUP, this.consumer, String(2 * this.opts.roundMs), '0-0', 'COUNT', READ_COUNT) as Promise<[string, StreamEntries]>)
+        .then(async ([, claimed]) => {
+          const out: OwnerMessage[] = [];
+          const acked = this.fold(s, claimed, false, out);
+          this.route(out);
+          await acked;
+        })
+        .catch((err: unknown) => this.warn(err, 'claiming stranded entries failed'));
+    }
   }
 
   /**
@@ -650,12 +746,12 @@ export class RedisBus implements Bus {
    * skipped while Redis is out of reach or backed up; grants are always written, since a later owner
    * must know them (an owner out of reach stops issuing within its lease anyway).
    */
-  private append(key: string, fields: EnvelopeFields, droppable: boolean): boolean {
+  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number): boolean {
     const mono = this.clock.monotonic();
     if (droppable && (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards)) return false;
     this.inflight++;
     this.redis
-      .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...flatFields(fields))
+      .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))
       .catch((err: Error) => this.warn(err, 'stream write failed'))
       .finally(() => this.inflight--);
     return true;
@@ -813,16 +909,25 @@ export class RedisBus implements Bus {
     const group = body.re === 0 ? undefined : this.asks.get(body.re);
     if (group === undefined) {
       if (body.re !== 0) this.stats.answersLate++;
-      for (const m of body.messages) this.deliver?.(m);
+      for (const m of this.current(body.messages)) this.deliver?.(m);
       return;
     }
     this.asks.delete(body.re);
     if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = performance.now() - group.start;
-    for (const m of body.messages) {
+    for (const m of this.current(body.messages)) {
       if (m.type === 'grant' && m.nodeEpoch === this.identity.nodeEpoch) group.grants.push(m);
       else this.deliver?.(m);
     }
     if (--group.remaining === 0) this.finish(group, true);
+  }
+
+  /** Drops messages from an owner older than the one the table names for their shard (a deposed owner). */
+  private current(messages: readonly OwnerMessage[]): OwnerMessage[] {
+    return messages.filter((m) => {
+      const ok = m.ownerEpoch >= (this.table[shardOf(m.keyId, m.windowId, this.opts.shards)]?.epoch ?? 0);
+      if (!ok) this.stats.staleMessages++;
+      return ok;
+    });
   }
 
   private warn(err: unknown, msg: string, extra?: object): void {
@@ -831,9 +936,13 @@ export class RedisBus implements Bus {
   }
 }
 
-interface RoundCommand {
+interface ScriptCommands {
   frlRound(...args: string[]): Promise<unknown>;
+  frlSnapshot(...args: string[]): Promise<string | null>;
 }
+
+/** What `lua/round.lua` returns. */
+type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
 
 function connect(o: RedisConnectionOptions, extra: RedisOptions): Client {
   const tls = o.tls === true ? {} : o.tls === false ? undefined : o.tls;

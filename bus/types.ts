@@ -28,8 +28,11 @@ export interface NodeIdentity {
  * Redis Streams bus (clusters) implement it; nothing outside `bus/` knows how messages travel.
  */
 export interface Bus {
-  /** Connects a node; messages addressed to it (grants, recalls) are handed to `onMessage`. */
-  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink;
+  /**
+   * Connects a node; messages addressed to it (grants, recalls) are handed to `onMessage`, and the
+   * shards whose owner changed (when a new owner may lack a log to replay) to `onOwnersChanged`.
+   */
+  connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void, onOwnersChanged?: (shards: ReadonlySet<number>) => void): OwnerLink;
   /** Offers this process's owner to the bus, which routes the shards it owns to it. */
   serveOwner(node: NodeIdentity, owner: CreditOwner): void;
   /** The fleet as the owner on `node` sees it (heartbeats). */

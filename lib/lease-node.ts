@@ -154,6 +154,25 @@ export class LeaseNode {
     return true;
   }
 
+  /**
+   * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
+   * of theirs in a current window is reported at the end of this round, idle or not, so the new owner
+   * learns what is held and spent before it issues more.
+   */
+  resync(shards: ReadonlySet<number>): void {
+    const now = this.clock.now();
+    for (const s of this.buckets.values()) {
+      let any = false;
+      for (const b of s.buckets) {
+        if (b.windowEnd > now && shards.has(shardOf(s.keyId, b.windowId, this.cfg.shards))) {
+          b.dirty = true;
+          any = true;
+        }
+      }
+      if (any) this.touch(s);
+    }
+  }
+
   /** Ends the round: a heartbeat, then one report batch per shard with something to report (B2). */
   endRound(): ReportBatch[] {
     const mono = this.clock.monotonic();

@@ -4,13 +4,17 @@
 -- KEYS[1] members zset   (node id -> Redis time of its last round, ms)
 -- KEYS[2] epochs hash    (node id -> node epoch of its current process)
 -- KEYS[3] owners hash    (shard -> "nodeId/nodeEpoch|ownerEpoch|expiresAt": the owning process)
+-- KEYS[4] left zset      (node id -> Redis time it left the fleet cleanly)
 -- ARGV[1] node id   ARGV[2] node epoch   ARGV[3] owner lease, ms   ARGV[4] member expiry, ms
 -- ARGV[5] shards wanted, comma-separated   ARGV[6] shards given up, comma-separated
 -- ARGV[7] '1' when the node leaves the fleet (clean shutdown): it drops out of the member list
+-- ARGV[8] the highest owner epoch this node has seen on any shard
 --
--- The owner epoch of a shard grows at every change of owner: max(previous + 1, now in ms), so it
--- keeps growing even if Redis lost the table (a restart without persistence).
--- Returns { now, {id, lastSeen, nodeEpoch, ...}, {shard, "owner|epoch|expiresAt", ...}, {blind shard, ...} }.
+-- The owner epoch of a shard grows at every change of owner: max(previous + 1, now in ms, the
+-- highest epoch the claimant has seen + 1), so it keeps growing even if Redis lost the table (a
+-- restart without persistence), and even if Redis's clock went back meanwhile.
+-- Returns { now, {id, lastSeen, nodeEpoch, ...}, {shard, "owner|epoch|expiresAt", ...},
+--           {blind shard, ...}, {id, leftAt, ...} }.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -19,9 +23,11 @@ local leaseMs = tonumber(ARGV[3])
 local expiry = tonumber(ARGV[4])
 local function fmt(n) return string.format('%.0f', n) end
 
+local seen = tonumber(ARGV[8]) or 0
 if ARGV[7] == '1' then
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
+  redis.call('ZADD', KEYS[4], now, id)
 else
   redis.call('ZADD', KEYS[1], now, id)
   redis.call('HSET', KEYS[2], id, ARGV[2])
@@ -49,7 +55,7 @@ for s in string.gmatch(ARGV[5], '[^,]+') do
     -- Still this process's (nobody took it even if it lapsed): renew under the same epoch.
     redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(epoch) .. '|' .. fmt(now + leaseMs))
   elseif owner == '' or exp <= now then
-    redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(math.max(epoch + 1, now)) .. '|' .. fmt(now + leaseMs))
+    redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(math.max(epoch + 1, now, seen + 1)) .. '|' .. fmt(now + leaseMs))
   end
 end
 
@@ -67,4 +73,5 @@ for i = 1, #live, 2 do
   members[#members + 1] = live[i + 1]
   members[#members + 1] = redis.call('HGET', KEYS[2], live[i]) or ''
 end
-return { fmt(now), members, redis.call('HGETALL', KEYS[3]), blind }
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - expiry)
+return { fmt(now), members, redis.call('HGETALL', KEYS[3]), blind, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES') }

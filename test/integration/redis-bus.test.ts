@@ -134,7 +134,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     await raw.publish(channel, EnvelopeCodec.toJson({ ...codec.seal('messages', { re: 0, nodeId: 'a', messages: [grant] }), v: '7' }));
     await raw.publish(channel, EnvelopeCodec.toJson(codec.seal('messages', { re: 0, nodeId: 'a', messages: [{ ...grant, ownerEpoch: epoch - 1 }] })));
     await raw.publish(channel, 'not json at all');
-    await until(() => a.node.stats.staleOwnerEpoch === 1 && a.bus.stats.rejected.mac === 1 && a.bus.stats.rejected.version === 1 && a.bus.stats.rejected.malformed === 1, 'the messages to be rejected');
+    await until(() => a.bus.stats.staleMessages === 1 && a.bus.stats.rejected.mac === 1 && a.bus.stats.rejected.version === 1 && a.bus.stats.rejected.malformed === 1, 'the messages to be rejected');
     expect(bucket.credit).to.equal(credit);
   });
 
@@ -221,5 +221,86 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     await until(async () => (await a.node.acquire(after, plan)).admitted, 'admission on a new key after the restart', 5000);
     // Redis lost the table, yet every shard's fencing epoch kept growing.
     await until(() => a.bus.owners().every((o, s) => o !== undefined && o.epoch > epochs[s]!), 'higher owner epochs');
+  });
+
+  it('Redis frozen while every node keeps serving: owners hold back the silent nodes’ self-grants, no window admits more than its allowance', async function () {
+    if (redis.external) this.skip();
+    const fleet = ['a', 'b', 'c'].map((id) => join(id));
+    await Promise.all(fleet.map((m) => m.bus.ready()));
+    await until(() => fleet.reduce((n, m) => n + m.bus.ownedShards().length, 0) === SHARDS, 'the shards to split');
+    const W = 1000;
+    const plan = limits(60, W);
+    const keys = Array.from({ length: 12 }, (_, i) => `v1:${String(i).padStart(22, 'z')}`);
+    const admitted = new Map<string, number>();
+    let stop = false;
+    const drive = (async () => {
+      while (!stop) {
+        for (const k of keys) {
+          for (const m of fleet) {
+            for (let i = 0; i < 2; i++) {
+              const w = windowIdAt(Date.now(), W, phaseOffset(k, W));
+              if ((await m.node.acquire(k, plan)).admitted) admitted.set(`${k}/${w}`, (admitted.get(`${k}/${w}`) ?? 0) + 1);
+            }
+          }
+        }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 1500));
+    redis.pause();
+    await new Promise((r) => setTimeout(r, 2000));
+    redis.resume();
+    await new Promise((r) => setTimeout(r, 1500));
+    stop = true;
+    await drive;
+    expect(fleet.reduce((n, m) => n + m.node.stats.selfGrants, 0), 'self-grants during the freeze').to.be.above(0);
+    const over = [...admitted].filter(([, n]) => n > 60);
+    expect(over, 'windows over their allowance').to.deep.equal([]);
+  });
+
+  it('Redis restarted empty as a shard owner leaves: the new owner, blind, learns what nodes hold before it issues', async function () {
+    if (redis.external) this.skip();
+    const HOUR = 3_600_000;
+    const [a, b, c] = ['a', 'b', 'c'].map((id) => join(id)) as [Member, Member, Member];
+    await Promise.all([a, b, c].map((m) => m.bus.ready()));
+    await until(() => [a, b, c].reduce((n, m) => n + m.bus.ownedShards().length, 0) === SHARDS && b.bus.ownedShards().length > 0, 'the shards to split');
+    const place = (k: string): number => shardOf(k, windowIdAt(Date.now(), HOUR, phaseOffset(k, HOUR)), SHARDS);
+    const keys: string[] = [];
+    for (let i = 0; keys.length < 12; i++) {
+      const k = `v1:${String(i).padStart(22, 'q')}`;
+      if (a.bus.owners()[place(k)]?.owner === 'b') keys.push(k);
+    }
+    const plan = limits(100, HOUR);
+    const total = new Map(keys.map((k) => [k, 0]));
+    const spend = async (m: Member, k: string, n: number): Promise<void> => {
+      for (let i = 0; i < n; i++) if ((await m.node.acquire(k, plan)).admitted) total.set(k, total.get(k)! + 1);
+    };
+    for (const k of keys) await spend(a, k, 3); // a now holds credit granted by b
+    await new Promise((r) => setTimeout(r, 300));
+    const restarting = redis.restart({ empty: true });
+    await b.stop(); // b's shards go to a or c, with no log to replay
+    await restarting;
+    await until(() => keys.every((k) => { const o = c.bus.owners()[place(k)]; return o !== undefined && o.owner !== 'b'; }), 'new owners', 10_000);
+    for (let r = 0; r < 30; r++) {
+      for (const k of keys) await spend(c, k, 3);
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    for (const k of keys) await spend(a, k, 120);
+    expect([...total].filter(([, n]) => n > 100), 'keys over their allowance').to.deep.equal([]);
+  });
+
+  it('a deposed owner can neither checkpoint nor trim: the snapshot script finds its successor’s epoch and does nothing', async () => {
+    const { readFileSync } = await import('node:fs');
+    const script = readFileSync(new URL('../../bus/lua/snapshot.lua', import.meta.url), 'utf8');
+    const log = `${prefix}:{s0}:log`;
+    const reports = `${prefix}:{s0}:reports`;
+    await raw.xadd(log, '*', 'epoch', '9', 'v', '1');
+    await raw.xadd(reports, '*', 'v', '1');
+    const deposed = await raw.eval(script, 2, log, reports, '8', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    expect(deposed).to.equal(null);
+    expect(await raw.xlen(log)).to.equal(1);
+    const current = await raw.eval(script, 2, log, reports, '9', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    expect(current).to.be.a('string');
+    expect(await raw.xlen(log)).to.equal(2);
   });
 });
