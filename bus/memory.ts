@@ -73,7 +73,11 @@ export class MemoryBus implements Bus {
     for (const heard of this.lastHeard.values()) if (!heard.has(node.nodeId)) heard.set(node.nodeId, now);
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(node, requests, deadlineMs),
-      publish: (batch) => this.publish(node, batch),
+      // Sent is sent: what the simulated network loses, the node never learns.
+      publish: (batch) => {
+        this.publish(node, batch);
+        return true;
+      },
       heartbeat: () => this.heartbeat(node.nodeId),
       reachable: (shard) => this.reachable(node.nodeId, shard),
       fleetSize: () => this.fleetSize(),

@@ -103,6 +103,7 @@ interface AskGroup {
   readonly grants: Grant[];
   missed: boolean;
   readonly start: number;
+  readonly deadlineMs: number;
   /** A warm-up ask: not counted in the fast-path figures. */
   readonly probe: boolean;
   /** Settled (all answered, or expired). */
@@ -164,6 +165,8 @@ export class RedisBus implements Bus {
   private owner?: CreditOwner;
   private readonly table: Array<Ownership | undefined>;
   private readonly owned = new Map<number, Owned>();
+  /** The last owner epoch seen per shard, kept while a shard has no owner. */
+  private readonly knownEpochs: Array<number | undefined> = [];
   private readonly members = new Map<string, Member>();
   private hadTable = false;
   private lastRoundOk = Number.NEGATIVE_INFINITY;
@@ -250,10 +253,15 @@ export class RedisBus implements Bus {
     return this.readyPromise;
   }
 
-  /** Round trip of fast-path asks that were answered: p50 and p99 in ms over the last 4096. */
-  fastPathRtt(): { count: number; p50: number; p99: number } {
-    const n = Math.min(this.rttCount, this.rtts.length);
-    const sorted = Array.from(this.rtts.subarray(0, n)).sort((a, b) => a - b);
+  /**
+   * Round trip of fast-path asks answered in time: count, and p50 and p99 in ms over the last 4096,
+   * or over those answered after the first `since` (a count read earlier).
+   */
+  fastPathRtt(since = 0): { count: number; p50: number; p99: number } {
+    const n = Math.min(this.rttCount - since, this.rtts.length);
+    const sorted: number[] = [];
+    for (let i = this.rttCount - n; i < this.rttCount; i++) sorted.push(this.rtts[i % this.rtts.length]!);
+    sorted.sort((a, b) => a - b);
     const at = (q: number): number => (n === 0 ? Number.NaN : sorted[Math.min(n - 1, Math.floor(q * n))]!);
     return { count: this.rttCount, p50: at(0.5), p99: at(0.99) };
   }
@@ -335,6 +343,8 @@ export class RedisBus implements Bus {
       .finally(() => (this.roundBusy = false));
     this.snapshots(mono);
     this.claimStranded();
+    const now = performance.now();
+    for (const [id, a] of this.asks) if (a.done && now - a.start > 1000) this.asks.delete(id);
   }
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
@@ -394,7 +404,6 @@ export class RedisBus implements Bus {
     }
 
     const blindSet = new Set(blind.map(Number));
-    const before = this.table.map((o) => o?.epoch);
     this.table.fill(undefined);
     for (let i = 0; i + 1 < flatOwners.length; i += 2) {
       const s = Number(flatOwners[i]);
@@ -418,10 +427,14 @@ export class RedisBus implements Bus {
         void this.takeover(s, taken, blindSet.has(s));
       }
     }
-    // Owners changed: the node reports every bucket of those shards again, so a new owner that had
-    // no log to replay learns what is held.
+    // Owners changed (against the last epoch known, even if the shard had no owner in between): the
+    // node reports every bucket of those shards again, so a new owner with no log learns what is held.
     const changed = new Set<number>();
-    this.table.forEach((o, s) => o !== undefined && before[s] !== undefined && o.epoch !== before[s] && changed.add(s));
+    this.table.forEach((o, s) => {
+      if (o === undefined) return;
+      if (this.knownEpochs[s] !== undefined && o.epoch !== this.knownEpochs[s]) changed.add(s);
+      this.knownEpochs[s] = o.epoch;
+    });
     if (changed.size > 0) this.onOwnersChanged?.(changed);
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
@@ -760,16 +773,20 @@ export class RedisBus implements Bus {
   // ---- node side --------------------------------------------------------------------------------
 
   /** A node's round batch: folded here if this node serves the shard, else onto the shard's stream. */
-  private publish(batch: ReportBatch): void {
-    if (this.closed) return;
+  private publish(batch: ReportBatch): boolean {
+    if (this.closed) return false;
     if (this.serving(batch.shard)) {
       this.owned.get(batch.shard)!.dirty = true;
       this.route(this.owner!.onReports(batch));
-      return;
+      return true;
     }
-    // Reports are cumulative: one skipped while Redis is out of reach is made good by the next.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true)) this.stats.reportsSent++;
-    else this.stats.reportsSkipped++;
+    // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
+    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true)) {
+      this.stats.reportsSent++;
+      return true;
+    }
+    this.stats.reportsSkipped++;
+    return false;
   }
 
   /**
@@ -808,7 +825,7 @@ export class RedisBus implements Bus {
   /** Sends asks to remote owners; settles with every grant once all answered, or undefined at the deadline. */
   private ask(remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
     return new Promise((resolve) => {
-      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, done: false, ids: [], resolve };
+      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), deadlineMs, probe, done: false, ids: [], resolve };
       for (const [owner, list] of remote) {
         const id = ++this.askSeq;
         group.ids.push(id);
@@ -865,7 +882,7 @@ export class RedisBus implements Bus {
     if (group.done) return;
     group.done = true;
     clearTimeout(group.timer);
-    for (const id of group.ids) this.asks.delete(id);
+    // Its ids stay a second longer, so a late answer still has its round trip measured.
     if (answered && !group.missed) group.resolve(group.grants);
     else group.resolve(this.apply(group.grants));
   }
@@ -908,12 +925,20 @@ export class RedisBus implements Bus {
     if (body.nodeId !== this.identity?.nodeId) return;
     const group = body.re === 0 ? undefined : this.asks.get(body.re);
     if (group === undefined) {
-      if (body.re !== 0) this.stats.answersLate++;
       for (const m of this.current(body.messages)) this.deliver?.(m);
       return;
     }
     this.asks.delete(body.re);
-    if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = performance.now() - group.start;
+    const rtt = performance.now() - group.start;
+    if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = rtt;
+    if (group.done || rtt > group.deadlineMs) {
+      // Too late for its request — the deadline is hard — but the credit is kept for the next one.
+      if (!group.probe) this.stats.answersLate++;
+      for (const m of this.current(body.messages)) this.deliver?.(m);
+      if (!group.done && !group.probe) this.stats.fastPathTimeouts++;
+      this.finish(group, false);
+      return;
+    }
     for (const m of this.current(body.messages)) {
       if (m.type === 'grant' && m.nodeEpoch === this.identity.nodeEpoch) group.grants.push(m);
       else this.deliver?.(m);

@@ -223,10 +223,21 @@ export class LeaseNode {
     }
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push({ shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports });
-    for (const batch of batches) this.link.publish(batch);
+    for (const batch of batches) if (!this.link.publish(batch)) this.unsent(batch);
     this.stats.reports += batches.length;
     this.roundNo++;
     return batches;
+  }
+
+  /** A batch the link could not send: its buckets are reported again next round (counts are cumulative). */
+  private unsent(batch: ReportBatch): void {
+    for (const r of batch.reports) {
+      const s = this.buckets.peek(r.keyId);
+      const b = this.bucketFor(r.keyId, r.windowMs, this.cfg.nodeEpoch, r.lease);
+      if (s === undefined || b === undefined || s.evicted) continue;
+      b.dirty = true;
+      this.touch(s);
+    }
   }
 
   private queue(byShard: Map<number, Report[]>, shard: number, report: Report): void {

@@ -19,8 +19,11 @@ export interface OwnerLink {
     requests: readonly CreditRequest[],
     deadlineMs: number,
   ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
-  /** Sends one round's batch for one shard. Never blocks. */
-  publish(batch: ReportBatch): void;
+  /**
+   * Sends one round's batch for one shard. Never blocks. False when it could not even be sent (the
+   * transport is out of reach or backed up): the node then reports those buckets again next round.
+   */
+  publish(batch: ReportBatch): boolean;
   /** Tells the fleet this node is alive; once per round. */
   heartbeat(): void;
   /** Whether the owner of `shard` answered recently (the transport's heartbeat). */

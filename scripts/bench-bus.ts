@@ -7,7 +7,7 @@ import { joinFleet } from '../bus/member.js';
 import { RedisBus, type RedisBusStats } from '../bus/redis.js';
 import { systemClock } from '../lib/clock.js';
 import { compilePolicy } from '../lib/policy.js';
-import { phaseOffset, windowIdAt } from '../lib/window.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../lib/window.js';
 import { startRedis } from './redis-server.js';
 
 /**
@@ -65,10 +65,10 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
   let owed = 0;
   let next = Math.floor((s.index * s.keys) / s.nodes);
   let requests = 0;
+  // An admission counts against the window its bucket was charged in (the node's own clock reading).
   const count = (k: number, at: number, ok: boolean): void => {
     if (!ok || at < s.startAt + WARM_UP_MS) return;
-    const id = keyIdOf(k);
-    const w = `${k}|${windowIdAt(at, WINDOW_MS, phaseOffset(id, WINDOW_MS))}`;
+    const w = `${k}|${node.buckets.peek(keyIdOf(k))!.buckets[0]!.windowId}`;
     admitted[w] = (admitted[w] ?? 0) + 1;
   };
   await new Promise((r) => setTimeout(r, Math.max(0, s.startAt - Date.now())));
@@ -103,7 +103,7 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
     requests,
     fastPath: node.stats.fastPath - b.fastPath,
     fastPathTimeouts: bus.stats.fastPathTimeouts - b.timeouts,
-    rtt: bus.fastPathRtt(),
+    rtt: bus.fastPathRtt(b.rtt),
     bus: stats,
     admitted,
     seconds: (s.durationMs - WARM_UP_MS) / 1000,
@@ -150,7 +150,7 @@ async function parent(s: Settings): Promise<void> {
   let under = 0;
   for (let k = 0; k < s.keys; k++) {
     const off = phaseOffset(keyIdOf(k), WINDOW_MS);
-    for (let w = windowIdAt(from, WINDOW_MS, off) + 1; (w + 1) * WINDOW_MS + off <= to; w++) {
+    for (let w = windowIdAt(from, WINDOW_MS, off) + 1; windowEndMs(w, WINDOW_MS, off) <= to; w++) {
       const a = admitted.get(`${k}|${w}`) ?? 0;
       windows++;
       over += Math.max(0, a - s.limit);

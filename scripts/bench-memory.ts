@@ -46,7 +46,7 @@ async function measure(what: string, windowsMs: number[], count: number, fill: (
 const statelessLink: OwnerLink = {
   requestCredit: (reqs: readonly CreditRequest[]): Grant[] =>
     reqs.map((r) => ({ type: 'grant' as const, keyId: r.keyId, windowId: r.windowId, windowMs: r.windowMs, nodeId: r.nodeId, nodeEpoch: r.nodeEpoch, lease: r.lease, grantSeq: 1, ownerEpoch: 1, issued: r.spent + r.need })),
-  publish: () => undefined,
+  publish: () => true,
   heartbeat: () => undefined,
   reachable: () => true,
   fleetSize: () => 1,

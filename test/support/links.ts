@@ -14,8 +14,9 @@ export class RecordingLink implements OwnerLink {
     return this.up ? this.answer(requests) : undefined;
   }
 
-  publish(batch: ReportBatch): void {
+  publish(batch: ReportBatch): boolean {
     this.published.push(batch);
+    return true;
   }
 
   heartbeat(): void {}

@@ -184,6 +184,7 @@ describe('regressions found in review', () => {
     link.fleet = 1;
     link.publish = (batch) => {
       for (const m of owner.onReports(batch)) node!.onMessage(m);
+      return true;
     };
     node = new LeaseNode(nodeConfig(), clock, link);
     let admitted = 0;

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
-import type { OwnerMessage } from '../../lib/protocol/messages.js';
+import { shardOf, type OwnerMessage } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { demoPolicy } from '../support/fixtures.js';
 import { grantFor, RecordingLink } from '../support/links.js';
@@ -249,6 +249,36 @@ describe('lease node: the decision path', () => {
     for (let round = 2; round < 8; round++) expect(quiet()).to.have.length(0);
     expect(quiet()).to.have.length(2); // round 8
     for (let i = 0; i < 20; i++) node.endRound();
+    expect(node.endRound()).to.have.length(0);
+  });
+
+  it('reports again, every round, buckets whose batch the link could not send', () => {
+    const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+    let up = false;
+    link.publish = (batch) => {
+      link.published.push(batch);
+      return up;
+    };
+    const node = makeNode(link);
+    node.acquire(KEY, free);
+    const carries = (batches: { reports: readonly { keyId: string }[] }[]): boolean => batches.some((b) => b.reports.some((r) => r.keyId === KEY));
+    for (let round = 0; round < 4; round++) expect(carries(node.endRound()), `round ${round}`).to.equal(true);
+    up = true;
+    node.endRound(); // round 4: sent at last
+    node.endRound(); // round 5: the usual report of a bucket's first quiet round
+    expect(carries(node.endRound())).to.equal(false);
+  });
+
+  it('after an owner change, reports every bucket of those shards once, even quiet ones', () => {
+    const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+    const node = makeNode(link);
+    node.acquire(KEY, free);
+    for (let i = 0; i < 30; i++) node.endRound(); // long quiet: dropped from the reports
+    expect(node.endRound()).to.have.length(0);
+    const shards = new Set(node.buckets.peek(KEY)!.buckets.map((b) => shardOf(KEY, b.windowId, 8)));
+    node.resync(shards);
+    const again = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
+    expect(again.map((r) => r.windowMs).sort((x, y) => x - y)).to.deep.equal([1000, 60_000]);
     expect(node.endRound()).to.have.length(0);
   });
 });
