@@ -156,6 +156,8 @@ export class RedisBus implements Bus {
   private readonly redis: Client;
   private readonly reader: Client;
   private readonly sub: Client;
+  /** Fast-path traffic (asks, their answers and the answers' grant log): written at once, never auto-pipelined. */
+  private readonly fast: Client;
   private readonly codec: EnvelopeCodec;
   private readonly clock: Clock;
   private readonly prefix: string;
@@ -201,7 +203,8 @@ export class RedisBus implements Bus {
     this.redis.defineCommand('frlSnapshot', { numberOfKeys: 2, lua: SNAPSHOT_SCRIPT });
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
-    for (const c of [this.redis, this.reader, this.sub]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
+    this.fast = connect(opts, { commandTimeout: 2000 });
+    for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
     this.readyPromise = new Promise((resolve, reject) => {
       this.readyResolve = resolve;
@@ -296,6 +299,7 @@ export class RedisBus implements Bus {
     this.owned.clear();
     this.reader.disconnect();
     this.sub.disconnect();
+    this.fast.disconnect();
     await this.readerDone;
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
@@ -672,22 +676,24 @@ export class RedisBus implements Bus {
       if (list === undefined) byNode.set(m.nodeId, [m]);
       else list.push(m);
     }
-    // The log first: a grant is on record before any node can spend it.
-    this.logGrants(messages);
+    // The log first, on the same connection: a grant is on record before any node can spend it.
+    // An ask's answer takes the connection that is not auto-pipelined (no wait for the next turn).
+    const conn = to === undefined ? this.redis : this.fast;
+    this.logGrants(messages, conn);
     for (const [nodeId, list] of byNode) {
       if (nodeId === this.identity?.nodeId && nodeId !== to) {
         for (const m of list) this.deliver?.(m);
         continue;
       }
       this.stats.messagesSent++;
-      this.redis
+      conn
         .publish(this.channel(nodeId), EnvelopeCodec.toJson(this.codec.seal('messages', { re: nodeId === to ? re : 0, nodeId, messages: list })))
         .catch((err: Error) => this.warn(err, 'publish failed'));
     }
   }
 
   /** Appends grants to their shards' logs, one entry per shard. */
-  private logGrants(messages: readonly OwnerMessage[]): void {
+  private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): void {
     const grants = new Map<number, Grant[]>();
     for (const m of messages) {
       if (m.type !== 'grant') continue;
@@ -699,7 +705,7 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch);
+      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn);
     }
   }
 
@@ -759,11 +765,11 @@ export class RedisBus implements Bus {
    * skipped while Redis is out of reach or backed up; grants are always written, since a later owner
    * must know them (an owner out of reach stops issuing within its lease anyway).
    */
-  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number): boolean {
+  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): boolean {
     const mono = this.clock.monotonic();
     if (droppable && (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards)) return false;
     this.inflight++;
-    this.redis
+    conn
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))
       .catch((err: Error) => this.warn(err, 'stream write failed'))
       .finally(() => this.inflight--);
@@ -831,7 +837,7 @@ export class RedisBus implements Bus {
         group.ids.push(id);
         this.asks.set(id, group);
         if (!probe) this.stats.asksSent++;
-        this.redis
+        this.fast
           .publish(this.channel(owner), EnvelopeCodec.toJson(this.codec.seal('ask', { id, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, requests: list })))
           .catch(() => undefined);
       }
