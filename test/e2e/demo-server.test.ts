@@ -80,6 +80,18 @@ describe('demo server process (npm start)', () => {
     expect(run.stderr).to.not.include('demo-free');
     expect(run.stderr).to.include('policy.plans.free.windows.0.limit');
   });
+
+  it('with REDIS_URL, refuses to start without the shared secrets, naming them; nothing is contacted', () => {
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: '0', REDIS_URL: 'redis://127.0.0.1:1' };
+    delete env.KEY_HASH_SECRET;
+    delete env.BUS_SECRET;
+    const noKey = spawnSync(process.execPath, [SERVER], { env, encoding: 'utf8', timeout: 10_000 });
+    expect(noKey.status).to.equal(1);
+    expect(noKey.stderr).to.include('KEY_HASH_SECRET must be set');
+    const noBus = spawnSync(process.execPath, [SERVER], { env: { ...env, KEY_HASH_SECRET: SECRET }, encoding: 'utf8', timeout: 10_000 });
+    expect(noBus.status).to.equal(1);
+    expect(noBus.stderr).to.include('BUS_SECRET must be set');
+  });
 });
 
 describe('policy check (npm run policy:check)', () => {

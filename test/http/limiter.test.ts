@@ -68,6 +68,27 @@ describe('rateLimiter middleware', () => {
       const paths = (err as ConfigError).problems.map((p) => p.path);
       expect(paths).to.have.members(['shards', 'keyHash.versions.0.secret']);
     }
+    // Redis options: checked before any connection is made, every problem named.
+    try {
+      rateLimiter({
+        policy: demoPolicy(),
+        identify: () => undefined,
+        bus: {} as never,
+        redis: { url: 'http://127.0.0.1:6379', prefix: 'has space', busSecret: { versions: [{ version: 'b1', secret: 'short' }] } },
+      });
+      expect.fail('should throw');
+    } catch (err) {
+      expect(err).to.be.instanceOf(ConfigError);
+      const paths = (err as ConfigError).problems.map((p) => p.path);
+      expect(paths).to.include.members(['redis.url', 'redis.prefix', 'keyHash']);
+      expect((err as ConfigError).message).to.match(/bus.*redis|redis.*bus/);
+    }
+    try {
+      rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, redis: { busSecret: { versions: [{ version: 'b1', secret: 'short' }] } } });
+      expect.fail('should throw');
+    } catch (err) {
+      expect((err as ConfigError).problems.map((p) => p.path)).to.deep.equal(['redis.busSecret.versions[0].secret']);
+    }
   });
 
   it('takes numeric account ids, and a falsy identity as an anonymous caller', async () => {
