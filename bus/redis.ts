@@ -183,6 +183,7 @@ export class RedisBus implements Bus {
   private maxEpoch = 0;
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly asks = new Map<number, AskGroup>();
+  private readonly warned = new Map<string, number>();
   private readonly rtts = new Float64Array(4096);
   private rttCount = 0;
   private closed = false;
@@ -257,8 +258,8 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Round trip of fast-path asks answered in time: count, and p50 and p99 in ms over the last 4096,
-   * or over those answered after the first `since` (a count read earlier).
+   * Round trip of answered fast-path asks, late ones included: count, and p50 and p99 in ms over the
+   * last 4096, or over those answered after the first `since` (a count read earlier).
    */
   fastPathRtt(since = 0): { count: number; p50: number; p99: number } {
     const n = Math.min(this.rttCount - since, this.rtts.length);
@@ -294,7 +295,7 @@ export class RedisBus implements Bus {
       await Promise.all(owned.map((s) => this.writeSnapshot(s)));
       await this.runRound([], owned, true);
     } catch (err) {
-      this.warn(err, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
+      this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
     }
     this.owned.clear();
     this.reader.disconnect();
@@ -961,8 +962,11 @@ export class RedisBus implements Bus {
     });
   }
 
+  /** Logs a warning, each kind at most once every 5 s (an outage repeats them every round); none after close. */
   private warn(err: unknown, msg: string, extra?: object): void {
-    if (this.closed && msg !== 'could not leave the fleet cleanly; shards pass on when their lease lapses') return;
+    const now = this.clock.monotonic();
+    if (this.closed || now - (this.warned.get(msg) ?? Number.NEGATIVE_INFINITY) < 5000) return;
+    this.warned.set(msg, now);
     this.opts.logger?.warn({ err, ...extra }, msg);
   }
 }
