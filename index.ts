@@ -1,6 +1,7 @@
 /** Public API of the rate limiter. */
 export { rateLimiter, type RateLimiterMiddleware, type LimiterStats } from './middleware/rate-limiter.js';
 export { backstop, type BackstopOptions } from './middleware/backstop.js';
+export { metricsHandler } from './middleware/metrics.js';
 export type { RateLimiterOptions, Identity } from './middleware/options.js';
 export { compilePolicy, CompiledPolicy, type PolicyDoc, type PlanDef, type WindowDef } from './lib/policy.js';
 export { KeyHasher, type HashKeyVersion } from './lib/key-id.js';

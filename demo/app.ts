@@ -5,6 +5,7 @@ import type { Clock } from '../lib/clock.js';
 import type { HashKeyVersion } from '../lib/key-id.js';
 import { KeyHasher } from '../lib/key-id.js';
 import { backstop } from '../middleware/backstop.js';
+import { metricsHandler } from '../middleware/metrics.js';
 import type { Identity } from '../middleware/options.js';
 import { rateLimiter, type RateLimiterMiddleware } from '../middleware/rate-limiter.js';
 import { loadDemoConfig } from './config.js';
@@ -60,6 +61,7 @@ export function createDemoApp(opts: DemoOptions): { app: Express; limiter: RateL
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok', degraded: limiter.node.degraded });
   });
+  app.get('/metrics', metricsHandler(limiter.metrics));
   app.use(
     backstop({
       key: (req) => header(req, 'x-api-key'),

@@ -14,6 +14,8 @@ import { joinFleet } from '../bus/member.js';
 import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
+import type { Registry } from 'prom-client';
+import { LimiterMetrics } from './metrics.js';
 import { correlationIdOf, sendProblem } from './responses.js';
 
 /** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
@@ -36,6 +38,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
   readonly hasher: KeyHasher;
   /** Decision counters. */
   readonly stats: Readonly<LimiterStats>;
+  /** Prometheus metrics of this limiter (O1); serve them with `metricsHandler(limiter.metrics)`. */
+  readonly metrics: Registry;
   /** The policy in force. */
   policy(): CompiledPolicy;
   /**
@@ -89,6 +93,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   );
   const capacity = new AdmissionCapacity(clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0 };
+  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, shards: cfg.shards });
   let policy = cfg.policy;
 
   let sweepAt = 0;
@@ -110,6 +115,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
 
   function handler(req: Request, res: Response, next: NextFunction): void {
+    const started = performance.now();
     let keyId: string | undefined;
     let routeClass = 'default';
     try {
@@ -136,6 +142,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         const verdict = capacity.check(tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(tenant) as number);
         if (verdict !== CapacityVerdict.Ok) {
           stats.capacityDenied++;
+          metrics.observe(performance.now() - started, false);
           const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
           const correlationId = correlationIdOf(req);
           logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
@@ -148,13 +155,18 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       if (result instanceof Promise) {
         const k = keyId;
         result.then(
-          (r) => decide(req, res, next, r, k, tenant, limits, routeClass),
+          (r) => {
+            metrics.observe(performance.now() - started, true);
+            decide(req, res, next, r, k, tenant, limits, routeClass);
+          },
           (err: unknown) => fault(req, res, next, err, k, routeClass),
         );
       } else {
+        metrics.observe(performance.now() - started, false);
         decide(req, res, next, result, keyId, tenant, limits, routeClass);
       }
     } catch (err) {
+      metrics.observe(performance.now() - started, false);
       fault(req, res, next, err, keyId, routeClass);
     }
   }
@@ -236,6 +248,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     node,
     hasher,
     stats,
+    metrics: metrics.registry,
     bus,
     ready: () => bus.ready?.() ?? Promise.resolve(),
     policy: () => policy,
