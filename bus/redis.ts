@@ -979,7 +979,8 @@ interface ScriptCommands {
 /** What `lua/round.lua` returns. */
 type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
 
-function connect(o: RedisConnectionOptions, extra: RedisOptions): Client {
+/** An ioredis client (or Cluster client) for these connection options. */
+export function connect(o: Pick<RedisConnectionOptions, 'url' | 'clusterNodes' | 'username' | 'password' | 'tls'>, extra: RedisOptions): Client {
   const tls = o.tls === true ? {} : o.tls === false ? undefined : o.tls;
   const common: RedisOptions = {
     ...extra,

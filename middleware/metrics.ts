@@ -7,7 +7,7 @@ import type { LeaseNode } from '../lib/lease-node.js';
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
-  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number };
+  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number };
   readonly node: LeaseNode;
   readonly owner: FoldOwner;
   readonly bus: Bus;
@@ -45,13 +45,13 @@ export class LimiterMetrics {
     this.fastPath = new Histogram({ name: 'fleet_ratelimit_fast_path_seconds', help: 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', buckets: DECISION_BUCKETS, registers: [r] });
     new Counter({
       name: 'fleet_ratelimit_decisions_total',
-      help: 'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503).',
+      help: 'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off).',
       labelNames: ['class'],
       registers: [r],
       collect() {
         this.reset();
         const s = src.stats;
-        for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed]] as const) this.inc({ class: cls }, n);
+        for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed]] as const) this.inc({ class: cls }, n);
       },
     });
     const fromNode = (name: string, help: string, read: () => number): Counter<string> =>

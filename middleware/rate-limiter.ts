@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
+import { PolicyFeed } from '../bus/policy-feed.js';
 import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
@@ -28,6 +29,8 @@ export interface LimiterStats {
   capacityDenied: number;
   failOpen: number;
   failClosed: number;
+  /** Admitted unchecked while the kill switch has enforcement off. */
+  bypassed: number;
 }
 
 /** The Express middleware returned by `rateLimiter()`, with its handles. */
@@ -42,6 +45,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
   readonly metrics: Registry;
   /** The policy in force. */
   policy(): CompiledPolicy;
+  /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
+  readonly enforcing: boolean;
   /**
    * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
    * `RangeError` for a version not above the current one; either way nothing changes.
@@ -92,9 +97,10 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     clock,
   );
   const capacity = new AdmissionCapacity(clock);
-  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0 };
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
   const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, shards: cfg.shards });
   let policy = cfg.policy;
+  let enforcing = true;
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -115,6 +121,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
 
   function handler(req: Request, res: Response, next: NextFunction): void {
+    if (!enforcing) {
+      // The break-glass kill switch: enforcement is off fleet-wide (the backstop still binds).
+      stats.bypassed++;
+      next();
+      return;
+    }
     const started = performance.now();
     let keyId: string | undefined;
     let routeClass = 'default';
@@ -243,6 +255,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   }
 
   const middleware = handler as RateLimiterMiddleware;
+  let feed: PolicyFeed | undefined;
   let closing: Promise<void> | undefined;
   Object.assign(middleware, {
     node,
@@ -260,14 +273,40 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       policy = next;
       logger.info({ version: next.version }, 'policy updated');
     },
+
     close(): Promise<void> {
       closing ??= (async () => {
         clearInterval(timer);
+        await feed?.close();
         if (ownBus) await bus.close();
       })();
       return closing;
     },
   });
+  Object.defineProperty(middleware, 'enforcing', { get: () => enforcing, enumerable: true });
+  // With Redis, the live policy and the kill switch come from the store (P4).
+  if (cfg.redis !== undefined) {
+    // The stored policy wins over the one this node started with (that is only the bootstrap), then
+    // only a higher stored version replaces it.
+    let storedVersion = Number.NEGATIVE_INFINITY;
+    feed = new PolicyFeed(
+      cfg.redis,
+      {
+        version: () => storedVersion,
+        apply: (p) => {
+          policy = p;
+          storedVersion = p.version;
+          logger.info({ version: p.version }, 'live policy applied');
+        },
+        enforce: (on) => {
+          if (on === enforcing) return;
+          enforcing = on;
+          logger.warn({ enforcing: on }, on ? 'kill switch: enforcement back on' : 'kill switch: enforcement OFF fleet-wide');
+        },
+      },
+      logger,
+    );
+  }
   return middleware;
 }
 

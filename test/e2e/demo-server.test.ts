@@ -94,6 +94,21 @@ describe('demo server process (npm start)', () => {
   });
 });
 
+describe('admin API process (npm run admin)', () => {
+  it('refuses to start without its tokens, naming every missing setting', () => {
+    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1', ADMIN_TOKEN: 'same-token-0123456789', BREAK_GLASS_TOKEN: 'same-token-0123456789' };
+    delete env.KEY_HASH_SECRET;
+    const run = spawnSync(process.execPath, [join(ROOT, 'dist/admin/server.js')], { env, encoding: 'utf8', timeout: 10_000 });
+    expect(run.status).to.equal(1);
+    expect(run.stderr).to.include('KEY_HASH_SECRET must be set');
+    expect(run.stderr).to.include('BREAK_GLASS_TOKEN must differ from ADMIN_TOKEN');
+    delete env.ADMIN_TOKEN;
+    const none = spawnSync(process.execPath, [join(ROOT, 'dist/admin/server.js')], { env, encoding: 'utf8', timeout: 10_000 });
+    expect(none.status).to.equal(1);
+    expect(none.stderr).to.include('ADMIN_TOKEN must be set');
+  });
+});
+
 describe('policy check (npm run policy:check)', () => {
   it('accepts the demo policy and rejects a bad one with every problem, exit 1', () => {
     const ok = spawnSync(process.execPath, [join(ROOT, 'dist/admin/policy-check.js'), join(ROOT, 'demo/policy.json')], { encoding: 'utf8' });

@@ -1,0 +1,228 @@
+import { timingSafeEqual } from 'node:crypto';
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import helmet from 'helmet';
+import type { Cluster, Redis } from 'ioredis';
+import Joi from 'joi';
+import type { Logger } from 'pino';
+import { PolicyConflict, type PolicyStore } from '../bus/policy-store.js';
+import { PolicyError, type Problem } from '../lib/errors.js';
+import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
+import type { PlanDef, PolicyDoc } from '../lib/policy.js';
+import { joiProblems } from '../lib/validate.js';
+
+/** Inputs of the admin API. */
+export interface AdminOptions {
+  readonly store: PolicyStore;
+  /** For the fleet's health: the bus's member list and ownership table. */
+  readonly redis: Redis | Cluster;
+  readonly prefix?: string;
+  /** Bearer token of operators: policies, overrides, audit, health. */
+  readonly adminToken: string;
+  /** Separate bearer token for the kill switch only. */
+  readonly breakGlassToken: string;
+  /** The gateways' key-hash secrets: raw keys given here are hashed exactly as the nodes do. */
+  readonly keyHash: { versions: HashKeyVersion[]; current?: string };
+  readonly logger?: Logger;
+}
+
+type Role = 'admin' | 'break-glass';
+
+const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+const reason = Joi.string().trim().min(3).max(500).required();
+const windowSchema = Joi.object({ name: Joi.string().pattern(NAME).required(), limit: Joi.number().integer().min(0).required(), windowMs: Joi.number().integer().required() }).unknown(true);
+const bodies = {
+  policy: Joi.object({ policy: Joi.object().required(), reason }),
+  plan: Joi.object({ windows: Joi.array().items(windowSchema).min(1).required(), reason }),
+  override: Joi.object({ key: Joi.string().min(8).max(256).required(), plan: Joi.string().pattern(NAME).required(), reason }),
+  removeOverride: Joi.object({ key: Joi.string().min(8).max(256).required(), reason }),
+  reasonOnly: Joi.object({ reason }),
+  killSwitch: Joi.object({ enforce: Joi.boolean().strict().required(), reason }),
+};
+const planName = Joi.string().pattern(NAME).required();
+const auditQuery = Joi.object({ limit: Joi.number().integer().min(1).max(1000).default(100) });
+
+/** A request rejected before anything changed; `problems` name every bad field. */
+class BadRequest extends Error {
+  constructor(readonly problems: Problem[]) {
+    super('invalid request');
+  }
+}
+
+/**
+ * Validates several parts of a request (body, query, a parameter) together: a 400 lists every problem
+ * in all of them. `name` prefixes the paths of a part (a parameter's own name for a single value).
+ */
+function valid<T extends unknown[]>(...parts: { [K in keyof T]: [schema: Joi.Schema, value: unknown, name?: string] }): T {
+  const problems: Problem[] = [];
+  const out = parts.map(([schema, value, name]) => {
+    const { error, value: v } = schema.validate(value ?? {}, { abortEarly: false, convert: true });
+    if (error) for (const p of joiProblems(error)) problems.push({ path: name === undefined ? p.path : p.path === '(root)' ? name : `${name}.${p.path}`, message: p.message });
+    return v as unknown;
+  });
+  if (problems.length) throw new BadRequest(problems);
+  return out as T;
+}
+
+function problem(res: Response, status: number, error: string, title: string, extra: object = {}): void {
+  res.status(status).type('application/problem+json').send(JSON.stringify({ type: 'about:blank', title, status, error, ...extra }));
+}
+
+/** Constant-time comparison of a presented token with the configured one. */
+function same(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/**
+ * The admin API (A1) under `/admin/v1`: its own Express app with helmet, joi on every body, query
+ * and parameter (400 listing every problem; nothing changes), bearer-token auth (401 without a token,
+ * 403 with a wrong one or the wrong role), every change audited with its principal and reason. Raw
+ * API keys are hashed on arrival and never stored, logged or echoed.
+ */
+export function createAdminApp(o: AdminOptions): Express {
+  const hasher = new KeyHasher(o.keyHash.versions, o.keyHash.current);
+  const prefix = o.prefix ?? 'frl';
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(helmet());
+  app.use(express.json({ limit: '1mb' }));
+
+  const authorize =
+    (role: Role) =>
+    (req: Request, res: Response, next: NextFunction): void => {
+      const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
+      if (m === null) {
+        res.setHeader('WWW-Authenticate', 'Bearer realm="fleet-ratelimit admin"');
+        return problem(res, 401, 'UNAUTHORIZED', 'A bearer token is required');
+      }
+      const token = m[1]!;
+      const granted: Role | undefined = same(token, o.adminToken) ? 'admin' : same(token, o.breakGlassToken) ? 'break-glass' : undefined;
+      if (granted !== role) return problem(res, 403, 'FORBIDDEN', 'This credential may not do this');
+      res.locals.principal = granted;
+      next();
+    };
+  const admin = authorize('admin');
+
+  /** Wraps a handler: validation errors → 400, conflicts → 409, the rest → 500 (logged). */
+  const route =
+    (fn: (req: Request, res: Response) => Promise<void>) =>
+    (req: Request, res: Response): void => {
+      fn(req, res).catch((err: unknown) => {
+        if (err instanceof BadRequest) return problem(res, 400, 'INVALID_REQUEST', 'The request is invalid; nothing was changed', { problems: err.problems });
+        if (err instanceof PolicyError) return problem(res, 400, 'INVALID_POLICY', 'The resulting policy is invalid; nothing was changed', { problems: err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })) });
+        if (err instanceof PolicyConflict) return problem(res, 409, 'CONFLICT', err.message);
+        o.logger?.error({ err, path: req.path }, 'admin request failed');
+        problem(res, 500, 'INTERNAL', 'The change could not be made; nothing was changed');
+      });
+    };
+
+  /** Applies `change` to the stored policy (which must exist) as the next version, audited. */
+  const change = async (res: Response, why: string, action: string, target: string, edit: (doc: PolicyDoc) => Omit<PolicyDoc, 'version'>): Promise<number> => {
+    const stored = await o.store.update(
+      (doc) => {
+        if (doc === undefined) throw new BadRequest([{ path: '(policy)', message: 'no policy is stored yet: PUT /admin/v1/policy first' }]);
+        return edit(doc);
+      },
+      res.locals.principal as string,
+      why,
+      action,
+      target,
+    );
+    return stored.version;
+  };
+
+  const v1 = express.Router();
+  v1.get('/policy', admin, route(async (_req, res) => {
+    const stored = await o.store.current();
+    if (stored === undefined) return problem(res, 404, 'NO_POLICY', 'No policy is stored yet');
+    res.json(stored);
+  }));
+
+  v1.put('/policy', admin, route(async (req, res) => {
+    const [body] = valid<[{ policy: Record<string, unknown>; reason: string }]>([bodies.policy, req.body]);
+    const { version: _ignored, ...policy } = body.policy;
+    const stored = await o.store.update(() => policy as Omit<PolicyDoc, 'version'>, res.locals.principal as string, body.reason, 'policy.put', 'policy');
+    res.json({ version: stored.version });
+  }));
+
+  v1.put('/plans/:name', admin, route(async (req, res) => {
+    const [name, body] = valid<[string, { windows: PlanDef['windows']; reason: string }]>([planName, req.params.name, 'name'], [bodies.plan, req.body]);
+    const version = await change(res, body.reason, 'plan.put', `plan:${name}`, (doc) => ({ ...doc, plans: { ...doc.plans, [name]: { windows: body.windows } } }));
+    res.json({ plan: name, version });
+  }));
+
+  v1.delete('/plans/:name', admin, route(async (req, res) => {
+    const [name, body] = valid<[string, { reason: string }]>([planName, req.params.name, 'name'], [bodies.reasonOnly, req.body]);
+    const version = await change(res, body.reason, 'plan.delete', `plan:${name}`, (doc) => {
+      if (!Object.hasOwn(doc.plans, name)) throw new BadRequest([{ path: 'name', message: `no plan "${name}"` }]);
+      const { [name]: _gone, ...plans } = doc.plans;
+      return { ...doc, plans };
+    });
+    res.json({ plan: name, version });
+  }));
+
+  v1.get('/overrides', admin, route(async (_req, res) => {
+    const stored = await o.store.current();
+    res.json(Object.entries(stored?.policy.keys ?? {}).map(([keyId, def]) => ({ keyId, ...def })));
+  }));
+
+  v1.put('/overrides', admin, route(async (req, res) => {
+    const [body] = valid<[{ key: string; plan: string; reason: string }]>([bodies.override, req.body]);
+    const keyId = hasher.hash(body.key);
+    const version = await change(res, body.reason, 'override.put', keyId, (doc) => ({ ...doc, keys: { ...(doc.keys ?? {}), [keyId]: { plan: body.plan } } }));
+    res.json({ keyId, version });
+  }));
+
+  v1.delete('/overrides', admin, route(async (req, res) => {
+    const [body] = valid<[{ key: string; reason: string }]>([bodies.removeOverride, req.body]);
+    const keyId = hasher.hash(body.key);
+    const version = await change(res, body.reason, 'override.delete', keyId, (doc) => {
+      if (!Object.hasOwn(doc.keys ?? {}, keyId)) throw new BadRequest([{ path: 'key', message: 'has no override' }]);
+      const { [keyId]: _gone, ...keys } = doc.keys ?? {};
+      return { ...doc, keys };
+    });
+    res.json({ keyId, version });
+  }));
+
+  v1.get('/audit', admin, route(async (req, res) => {
+    const [q] = valid<[{ limit: number }]>([auditQuery, req.query]);
+    res.json(await o.store.auditLog(q.limit));
+  }));
+
+  v1.get('/health', admin, route(async (_req, res) => {
+    const [time, members, epochs, owners, policy, sw] = await Promise.all([
+      o.redis.time(),
+      o.redis.zrange(`${prefix}:{ctl}:members`, 0, -1, 'WITHSCORES'),
+      o.redis.hgetall(`${prefix}:{ctl}:epochs`),
+      o.redis.hgetall(`${prefix}:{ctl}:owners`),
+      o.store.current(),
+      o.store.switchState(),
+    ]);
+    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
+    const nodes = [];
+    for (let i = 0; i + 1 < members.length; i += 2) nodes.push({ node: members[i]!, nodeEpoch: epochs[members[i]!] ?? null, lastRoundMsAgo: now - Number(members[i + 1]) });
+    const shards = Object.entries(owners)
+      .map(([shard, v]) => {
+        const [token = '', epoch = '0', exp = '0'] = v.split('|');
+        const [node = '', nodeEpoch = ''] = token.split('/');
+        return { shard: Number(shard), owner: node || null, ownerNodeEpoch: nodeEpoch || null, ownerEpoch: Number(epoch), leaseMsLeft: Math.max(0, Number(exp) - now) };
+      })
+      .sort((a, b) => a.shard - b.shard);
+    res.json({ at: now, enforcing: sw.enforce, policyVersion: policy?.version ?? null, nodes, shards, unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard) });
+  }));
+
+  v1.post('/kill-switch', authorize('break-glass'), route(async (req, res) => {
+    const [body] = valid<[{ enforce: boolean; reason: string }]>([bodies.killSwitch, req.body]);
+    res.json(await o.store.setSwitch(body.enforce, res.locals.principal as string, body.reason));
+  }));
+
+  app.use('/admin/v1', v1);
+  app.use((err: unknown, _req: Request, res: Response, next: NextFunction) => {
+    // A body that is not JSON (express.json) is a bad request like any other.
+    if ((err as { type?: string }).type === 'entity.parse.failed') return problem(res, 400, 'INVALID_REQUEST', 'The body is not JSON; nothing was changed', { problems: [{ path: '(body)', message: 'is not JSON' }] });
+    next(err);
+  });
+  app.use((_req, res) => problem(res, 404, 'NOT_FOUND', 'No such endpoint'));
+  return app;
+}

@@ -1,0 +1,45 @@
+import { pino } from 'pino';
+import { PolicyStore } from '../bus/policy-store.js';
+import { connect } from '../bus/redis.js';
+import { createAdminApp } from './app.js';
+
+/**
+ * `npm run admin`: the admin API on its own port. Environment: REDIS_URL (required), ADMIN_PORT (3001),
+ * ADMIN_TOKEN and BREAK_GLASS_TOKEN (required, at least 16 characters, different), KEY_HASH_SECRET
+ * (required: the gateways' secret, so raw keys given here hash to their key ids), REDIS_PREFIX (frl),
+ * LOG_LEVEL (info). It refuses to start without them.
+ */
+const env = process.env;
+const logger = pino({ name: 'admin-api', level: env.LOG_LEVEL ?? 'info' });
+const problems: string[] = [];
+if (!env.REDIS_URL) problems.push('REDIS_URL must be set');
+for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] as const) {
+  if (!env[name] || env[name]!.length < 16) problems.push(`${name} must be set, at least 16 characters`);
+}
+if (env.ADMIN_TOKEN && env.ADMIN_TOKEN === env.BREAK_GLASS_TOKEN) problems.push('BREAK_GLASS_TOKEN must differ from ADMIN_TOKEN');
+const port = Number(env.ADMIN_PORT ?? 3001);
+if (!Number.isInteger(port) || port < 0 || port > 65535) problems.push(`ADMIN_PORT must be a port number, got "${env.ADMIN_PORT}"`);
+if (problems.length) {
+  process.stderr.write(`admin API: refusing to start:\n${problems.map((p) => `  - ${p}`).join('\n')}\n`);
+  process.exit(1);
+}
+
+const redis = connect({ url: env.REDIS_URL! }, { commandTimeout: 2000 });
+redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
+const store = new PolicyStore(redis, env.REDIS_PREFIX);
+const app = createAdminApp({
+  store,
+  redis,
+  ...(env.REDIS_PREFIX ? { prefix: env.REDIS_PREFIX } : {}),
+  adminToken: env.ADMIN_TOKEN!,
+  breakGlassToken: env.BREAK_GLASS_TOKEN!,
+  keyHash: { versions: [{ version: 'v1', secret: env.KEY_HASH_SECRET! }] },
+  logger,
+});
+const server = app.listen(port, () => logger.info({ port }, `admin API listening on http://127.0.0.1:${port}/admin/v1`));
+const stop = (): void => {
+  server.close();
+  void redis.quit().finally(() => process.exit(0));
+};
+process.once('SIGINT', stop);
+process.once('SIGTERM', stop);

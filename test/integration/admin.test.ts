@@ -1,0 +1,192 @@
+import { expect } from 'chai';
+import express, { type Express } from 'express';
+import { Redis } from 'ioredis';
+import request from 'supertest';
+import { createAdminApp } from '../../admin/app.js';
+import { PolicyStore } from '../../bus/policy-store.js';
+import { KeyHasher } from '../../lib/key-id.js';
+import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
+import { captureLogger } from '../support/logs.js';
+import { BUS_SECRET, until } from '../support/redis-members.js';
+
+const ADMIN = 'admin-token-0123456789';
+const GLASS = 'break-glass-token-0123456789';
+const RAW_KEY = 'sk_live_raw_api_key_123';
+
+describe('admin API (real redis-server): auth, validation, audit, live policies, kill switch', function () {
+  this.timeout(30_000);
+  let redis: RedisProcess;
+  let raw: Redis;
+  let store: PolicyStore;
+  let app: Express;
+  let prefix: string;
+  let n = 0;
+  const limiters: RateLimiterMiddleware[] = [];
+
+  before(async () => {
+    redis = await startRedis();
+    raw = new Redis(redis.url);
+  });
+  beforeEach(() => {
+    prefix = `adm${++n}`;
+    store = new PolicyStore(raw, prefix);
+    app = createAdminApp({ store, redis: raw, prefix, adminToken: ADMIN, breakGlassToken: GLASS, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
+  });
+  afterEach(async () => {
+    await Promise.all(limiters.splice(0).map((l) => l.close()));
+  });
+  after(async () => {
+    raw?.disconnect();
+    await redis?.stop();
+  });
+
+  const as = (token: string) => ({ Authorization: `Bearer ${token}` });
+  const putPolicy = (policy: object, reason = 'initial limits') => request(app).put('/admin/v1/policy').set(as(ADMIN)).send({ policy, reason });
+
+  it('401 without a bearer token, 403 with a wrong one or the wrong role; helmet headers on every answer', async () => {
+    const none = await request(app).get('/admin/v1/audit');
+    expect(none.status).to.equal(401);
+    expect(none.headers['www-authenticate']).to.match(/^Bearer/);
+    expect((await request(app).get('/admin/v1/audit').set(as('not-the-token'))).status).to.equal(403);
+    // Each credential only where it belongs.
+    expect((await request(app).get('/admin/v1/audit').set(as(GLASS))).status).to.equal(403);
+    expect((await request(app).post('/admin/v1/kill-switch').set(as(ADMIN)).send({ enforce: false, reason: 'try it' })).status).to.equal(403);
+    const ok = await request(app).get('/admin/v1/audit').set(as(ADMIN));
+    expect(ok.status).to.equal(200);
+    for (const res of [none, ok]) {
+      expect(res.headers['x-content-type-options']).to.equal('nosniff');
+      expect(res.headers['content-security-policy']).to.be.a('string');
+      expect(res.headers['strict-transport-security']).to.be.a('string');
+      expect(res.headers).to.not.have.property('x-powered-by');
+    }
+  });
+
+  it('400 listing every problem for each kind of bad body, query or parameter — and nothing changes', async () => {
+    expect((await putPolicy(demoPolicy())).status).to.equal(200);
+    const before = await store.current();
+    const auditBefore = (await store.auditLog(100)).length;
+    const cases: Array<[request.Test, string[]]> = [
+      [request(app).put('/admin/v1/policy').set(as(ADMIN)).send({ policy: 'x' }), ['policy', 'reason']],
+      [putPolicy({ ...demoPolicy(), defaultPlan: 'nope', plans: { p: { windows: [{ name: 'w', limit: -1, windowMs: 1000 }] } } }), ['policy.plans.p.windows.0.limit', 'policy.defaultPlan']],
+      [request(app).put('/admin/v1/plans/bad name!').set(as(ADMIN)).send({ windows: [], reason: 'r' }), ['name', 'windows', 'reason']],
+      [request(app).put('/admin/v1/overrides').set(as(ADMIN)).send({ key: 'short', plan: 'free', reason: 'vip customer' }), ['key']],
+      [request(app).put('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, plan: 'gold', reason: 'vip customer' }), ['policy.keys']],
+      [request(app).delete('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, reason: 'no longer' }), ['key']],
+      [request(app).get('/admin/v1/audit?limit=0').set(as(ADMIN)), ['limit']],
+      [request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: 'no' }), ['enforce', 'reason']],
+      [request(app).put('/admin/v1/policy').set(as(ADMIN)).set('content-type', 'application/json').send('{"policy":'), ['(body)']],
+    ];
+    for (const [call, paths] of cases) {
+      const res = await call;
+      expect(res.status, JSON.stringify(res.body)).to.equal(400);
+      expect(res.headers['content-type']).to.match(/problem\+json/);
+      const got = (JSON.parse(res.text) as { problems: Array<{ path: string }> }).problems.map((p) => p.path);
+      for (const p of paths) expect(got.some((g) => g === p || g.startsWith(`${p}.`) || g.startsWith(p)), `${p} in ${JSON.stringify(got)}`).to.equal(true);
+      expect(res.text).to.not.include(RAW_KEY);
+    }
+    expect(await store.current()).to.deep.equal(before);
+    expect((await store.auditLog(100)).length).to.equal(auditBefore);
+    expect((await store.switchState()).enforce).to.equal(true);
+  });
+
+  it('audits every change with principal and reason; a raw key is hashed on arrival, never stored or echoed', async () => {
+    expect((await putPolicy(demoPolicy(), 'first limits')).body).to.deep.equal({ version: 1 });
+    expect((await request(app).put('/admin/v1/plans/gold').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 500, windowMs: 1000 }], reason: 'gold plan launch' })).body).to.deep.equal({ plan: 'gold', version: 2 });
+    const put = await request(app).put('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, plan: 'gold', reason: 'vip customer' });
+    const keyId = new KeyHasher(TEST_KEY_HASH.versions).hash(RAW_KEY);
+    expect(put.body).to.deep.equal({ keyId, version: 3 });
+    expect((await request(app).get('/admin/v1/overrides').set(as(ADMIN))).body).to.deep.equal([{ keyId, plan: 'gold' }]);
+    expect((await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: false, reason: 'incident 42: limiter suspected' })).status).to.equal(200);
+    expect((await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: true, reason: 'incident 42 over' })).status).to.equal(200);
+    expect((await request(app).delete('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, reason: 'contract ended' })).body).to.deep.equal({ keyId, version: 4 });
+
+    const audit = (await request(app).get('/admin/v1/audit?limit=10').set(as(ADMIN))).body as Array<{ principal: string; action: string; target: string; reason: string }>;
+    expect(audit.map((a) => [a.principal, a.action, a.target, a.reason])).to.deep.equal([
+      ['admin', 'override.delete', keyId, 'contract ended'],
+      ['break-glass', 'kill-switch', 'enforcement', 'incident 42 over'],
+      ['break-glass', 'kill-switch', 'enforcement', 'incident 42: limiter suspected'],
+      ['admin', 'override.put', keyId, 'vip customer'],
+      ['admin', 'plan.put', 'plan:gold', 'gold plan launch'],
+      ['admin', 'policy.put', 'policy', 'first limits'],
+    ]);
+    // Nowhere in Redis, nowhere in an answer.
+    for (const k of await raw.keys(`${prefix}:*`)) {
+      const type = await raw.type(k);
+      const dump = type === 'hash' ? JSON.stringify(await raw.hgetall(k)) : type === 'stream' ? JSON.stringify(await raw.xrange(k, '-', '+')) : String(await raw.get(k));
+      expect(dump, k).to.not.include(RAW_KEY);
+    }
+    expect(JSON.stringify(audit)).to.not.include(RAW_KEY);
+  });
+
+  it('a running node takes a policy change and the kill switch without a restart; a bad policy never reaches it', async () => {
+    const logs = captureLogger();
+    const limiter = rateLimiter({
+      policy: demoPolicy(),
+      identify: () => ({ principal: RAW_KEY, tenant: 'acme' }),
+      keyHash: TEST_KEY_HASH,
+      nodeId: 'live-node',
+      logger: logs.logger,
+      redis: { url: redis.url, prefix, busSecret: BUS_SECRET },
+    });
+    limiters.push(limiter);
+    await limiter.ready();
+    const someone = new KeyHasher(TEST_KEY_HASH.versions).hash('someone');
+    const freeLimits = (): number[] => limiter.policy().limitsFor(someone, 'acme').windows.map((w) => w.limit);
+    expect(freeLimits()).to.deep.equal([10, 100]); // the policy it started with
+    // The first stored policy replaces the node's bootstrap policy, whatever its version number.
+    expect((await putPolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit: 3, windowMs: 1000 }] } } }, 'tighter free plan')).status).to.equal(200);
+    await until(() => freeLimits().join() === '3', 'the node to take the stored policy', 3000);
+    // Then each later version.
+    expect((await request(app).put('/admin/v1/plans/free').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 7, windowMs: 1000 }], reason: 'a little looser' })).body.version).to.equal(2);
+    await until(() => limiter.policy().version === 2 && freeLimits().join() === '7', 'version 2', 3000);
+    // A document that does not compile is refused by the API, so the node never sees it.
+    expect((await putPolicy({ ...demoPolicy(), anonymousPlan: 'missing' })).status).to.equal(400);
+    expect(limiter.policy().version).to.equal(2);
+    // Even one written into Redis behind the API's back: the node keeps its last good policy.
+    const bad = { version: 3, policy: { ...demoPolicy(), version: 3, defaultPlan: 'missing' }, at: Date.now(), by: 'intruder', reason: 'x' };
+    await raw.hset(`${prefix}:{pol}:current`, 'version', '3', 'json', JSON.stringify(bad));
+    await raw.publish(`${prefix}:policy`, '3');
+    await until(() => logs.text().includes('live policy not loaded'), 'the refusal to be logged', 3000);
+    expect(limiter.policy().version).to.equal(2);
+
+    await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: false, reason: 'drill' }).expect(200);
+    await until(() => !limiter.enforcing, 'enforcement off', 3000);
+    const gateway = express().use(limiter).use((_req, res) => {
+      res.json({ ok: true });
+    });
+    const statuses: number[] = [];
+    for (let i = 0; i < 20; i++) statuses.push((await request(gateway).get('/x')).status);
+    expect(statuses.every((st) => st === 200), statuses.join()).to.equal(true);
+    expect(limiter.stats.bypassed).to.equal(20);
+    await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: true, reason: 'drill over' }).expect(200);
+    await until(() => limiter.enforcing, 'enforcement back on', 3000);
+  });
+
+  it('health shows every live node, each shard’s owner and owner epoch, the policy version and the switch', async () => {
+    const limiter = rateLimiter({
+      policy: demoPolicy(),
+      identify: () => undefined,
+      keyHash: TEST_KEY_HASH,
+      nodeId: 'health-node',
+      shards: 8,
+      logger: captureLogger().logger,
+      redis: { url: redis.url, prefix, busSecret: BUS_SECRET },
+    });
+    limiters.push(limiter);
+    await limiter.ready();
+    const h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as {
+      enforcing: boolean;
+      nodes: Array<{ node: string; lastRoundMsAgo: number }>;
+      shards: Array<{ shard: number; owner: string; ownerEpoch: number }>;
+      unownedShards: number[];
+    };
+    expect(h.enforcing).to.equal(true);
+    expect(h.nodes.map((x) => x.node)).to.deep.equal(['health-node']);
+    expect(h.nodes[0]!.lastRoundMsAgo).to.be.below(1000);
+    expect(h.shards.map((s) => s.shard)).to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(h.shards.every((s) => s.owner === 'health-node' && s.ownerEpoch > 0)).to.equal(true);
+    expect(h.unownedShards).to.deep.equal([]);
+  });
+});
