@@ -4,6 +4,8 @@ import helmet from 'helmet';
 import type { Cluster, Redis } from 'ioredis';
 import Joi from 'joi';
 import type { Logger } from 'pino';
+import type { Queue } from 'bullmq';
+import type { EventLog } from '../bus/events.js';
 import { PolicyConflict, type PolicyStore } from '../bus/policy-store.js';
 import { PolicyError, type Problem } from '../lib/errors.js';
 import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
@@ -23,6 +25,10 @@ export interface AdminOptions {
   /** The gateways' key-hash secrets: raw keys given here are hashed exactly as the nodes do. */
   readonly keyHash: { versions: HashKeyVersion[]; current?: string };
   readonly logger?: Logger;
+  /** The maintenance queue (BullMQ) the job endpoints add runs to. */
+  readonly queue?: Queue;
+  /** Limit events, for subject access and erasure. */
+  readonly events?: EventLog;
 }
 
 type Role = 'admin' | 'break-glass';
@@ -37,7 +43,10 @@ const bodies = {
   removeOverride: Joi.object({ key: Joi.string().min(8).max(256).required(), reason }),
   reasonOnly: Joi.object({ reason }),
   killSwitch: Joi.object({ enforce: Joi.boolean().strict().required(), reason }),
+  subjects: Joi.object({ keys: Joi.array().items(Joi.string().min(8).max(256)).min(1).max(100).unique().required(), reason }),
 };
+const jobName = Joi.string().valid('reap', 'retention').required();
+const jobId = Joi.string().pattern(/^[A-Za-z0-9:_-]{1,64}$/).required();
 const planName = Joi.string().pattern(NAME).required();
 const auditQuery = Joi.object({ limit: Joi.number().integer().min(1).max(1000).default(100) });
 
@@ -215,6 +224,42 @@ export function createAdminApp(o: AdminOptions): Express {
   v1.post('/kill-switch', authorize('break-glass'), route(async (req, res) => {
     const [body] = valid<[{ enforce: boolean; reason: string }]>([bodies.killSwitch, req.body]);
     res.json(await o.store.setSwitch(body.enforce, res.locals.principal as string, body.reason));
+  }));
+
+  v1.post('/jobs/:name', admin, route(async (req, res) => {
+    const [name, body] = valid<[string, { reason: string }]>([jobName, req.params.name, 'name'], [bodies.reasonOnly, req.body]);
+    if (o.queue === undefined) return problem(res, 503, 'NO_QUEUE', 'No job queue is configured');
+    const job = await o.queue.add(name, { requestedBy: res.locals.principal, reason: body.reason });
+    await o.store.audit(res.locals.principal as string, 'job.run', name, body.reason, `job ${job.id}`);
+    res.status(202).json({ id: job.id, name });
+  }));
+
+  v1.get('/jobs/:id', admin, route(async (req, res) => {
+    const [id] = valid<[string]>([jobId, req.params.id, 'id']);
+    const job = o.queue === undefined ? undefined : await o.queue.getJob(id);
+    if (job === undefined || job === null) return problem(res, 404, 'NO_SUCH_JOB', 'No such job');
+    res.json({ id: job.id, name: job.name, state: await job.getState(), result: job.returnvalue ?? null, failedReason: job.failedReason ?? null, finishedOn: job.finishedOn ?? null });
+  }));
+
+  /** Every key id a raw key has had: hashed under each retained key-hash version. */
+  const keyIdsOf = (keys: readonly string[]): string[] => keys.flatMap((k) => hasher.hashAll(k));
+
+  v1.post('/subjects/events', admin, route(async (req, res) => {
+    const [body] = valid<[{ keys: string[]; reason: string }]>([bodies.subjects, req.body]);
+    if (o.events === undefined) return problem(res, 503, 'NO_EVENTS', 'No event log is configured');
+    const keyIds = keyIdsOf(body.keys);
+    const events = await o.events.find(keyIds);
+    await o.store.audit(res.locals.principal as string, 'subject.access', keyIds.join(' '), body.reason, `${events.length} events`);
+    res.json({ keyIds, events });
+  }));
+
+  v1.post('/subjects/erase', admin, route(async (req, res) => {
+    const [body] = valid<[{ keys: string[]; reason: string }]>([bodies.subjects, req.body]);
+    if (o.events === undefined) return problem(res, 503, 'NO_EVENTS', 'No event log is configured');
+    const keyIds = keyIdsOf(body.keys);
+    const erased = await o.events.erase(keyIds);
+    await o.store.audit(res.locals.principal as string, 'subject.erase', keyIds.join(' '), body.reason, `${erased} events erased`);
+    res.json({ keyIds, erased });
   }));
 
   app.use('/admin/v1', v1);

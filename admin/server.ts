@@ -1,7 +1,9 @@
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
 import { connect } from '../bus/redis.js';
+import { EventLog } from '../bus/events.js';
 import { createAdminApp } from './app.js';
+import { maintenanceQueue } from './jobs.js';
 
 /**
  * `npm run admin`: the admin API on its own port. Environment: REDIS_URL (required), ADMIN_PORT (3001),
@@ -27,6 +29,8 @@ if (problems.length) {
 const redis = connect({ url: env.REDIS_URL! }, { commandTimeout: 2000 });
 redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
 const store = new PolicyStore(redis, env.REDIS_PREFIX);
+// BullMQ wants its own connection, with maxRetriesPerRequest: null.
+const queue = maintenanceQueue(connect({ url: env.REDIS_URL! }, { maxRetriesPerRequest: null }), env.REDIS_PREFIX ?? 'frl');
 const app = createAdminApp({
   store,
   redis,
@@ -35,11 +39,13 @@ const app = createAdminApp({
   breakGlassToken: env.BREAK_GLASS_TOKEN!,
   keyHash: { versions: [{ version: 'v1', secret: env.KEY_HASH_SECRET! }] },
   logger,
+  queue,
+  events: new EventLog(redis, env.REDIS_PREFIX),
 });
 const server = app.listen(port, () => logger.info({ port }, `admin API listening on http://127.0.0.1:${port}/admin/v1`));
 const stop = (): void => {
   server.close();
-  void redis.quit().finally(() => process.exit(0));
+  void Promise.all([queue.close(), redis.quit()]).finally(() => process.exit(0));
 };
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);

@@ -983,12 +983,12 @@ type RoundReply = [now: string, members: string[], owners: string[], blind: stri
 export function connect(o: Pick<RedisConnectionOptions, 'url' | 'clusterNodes' | 'username' | 'password' | 'tls'>, extra: RedisOptions): Client {
   const tls = o.tls === true ? {} : o.tls === false ? undefined : o.tls;
   const common: RedisOptions = {
-    ...extra,
     ...(o.username !== undefined ? { username: o.username } : {}),
     ...(o.password !== undefined ? { password: o.password } : {}),
     ...(tls !== undefined ? { tls } : {}),
     maxRetriesPerRequest: 1,
     retryStrategy: (n: number) => Math.min(50 * n, 500),
+    ...extra,
   };
   if (o.clusterNodes !== undefined) {
     const nodes = o.clusterNodes.map((u) => {

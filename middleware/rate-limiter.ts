@@ -3,7 +3,8 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
 import { PolicyFeed } from '../bus/policy-feed.js';
-import { RedisBus } from '../bus/redis.js';
+import { EventLog } from '../bus/events.js';
+import { connect, RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
@@ -47,6 +48,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
   policy(): CompiledPolicy;
   /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
   readonly enforcing: boolean;
+  /** Limit events (with `redis`): every 429 and 503, batched to Redis off the request path. */
+  readonly events: EventLog | undefined;
   /**
    * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
    * `RangeError` for a version not above the current one; either way nothing changes.
@@ -101,6 +104,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, shards: cfg.shards });
   let policy = cfg.policy;
   let enforcing = true;
+  // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
+  const eventsRedis = cfg.redis === undefined ? undefined : connect(cfg.redis, { commandTimeout: 2000 });
+  eventsRedis?.on('error', () => undefined); // a lost flush is counted in events.dropped
+  const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
+  const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
+  flushTimer?.unref();
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -158,6 +167,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
           const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
           const correlationId = correlationIdOf(req);
           logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
+          events?.record({ at: clock.now(), keyId, class: 'capacity', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
           commonHeaders(res);
           sendProblem(res, entry, correlationId);
           return;
@@ -211,6 +221,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       stats.quotaDenied++;
       const correlationId = correlationIdOf(req);
       logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
+      events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: cfg.nodeId });
       sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter));
     } catch (err) {
       fault(req, res, next, err, keyId, routeClass);
@@ -229,6 +240,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (closed) {
       stats.failClosed++;
       logger.error({ err, keyId, correlationId, routeClass }, 'limiter fault on a fail-closed route: 503');
+      if (keyId !== undefined) events?.record({ at: clock.now(), keyId, class: 'fail_closed', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
       if (!res.headersSent) sendProblem(res, Catalog.limiterUnavailable, correlationId);
       return;
     }
@@ -261,6 +273,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     node,
     hasher,
     stats,
+    events,
     metrics: metrics.registry,
     bus,
     ready: () => bus.ready?.() ?? Promise.resolve(),
@@ -277,7 +290,10 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     close(): Promise<void> {
       closing ??= (async () => {
         clearInterval(timer);
+        clearInterval(flushTimer);
         await feed?.close();
+        await events?.flush();
+        await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
         if (ownBus) await bus.close();
       })();
       return closing;

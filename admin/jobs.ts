@@ -1,0 +1,119 @@
+import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import type { Cluster, Redis } from 'ioredis';
+import { EventLog } from '../bus/events.js';
+import type { PolicyStore } from '../bus/policy-store.js';
+
+type Client = Redis | Cluster;
+
+/** A member unheard of this long is dead: its consumers are reaped (matches the bus's own pruning). */
+export const DEAD_AFTER_MS = 3_600_000;
+/** Report entries older than the longest window a policy allows (a day) plus a minute are useless. */
+export const REPORTS_MAX_AGE_MS = 86_400_000 + 60_000;
+/** J2: limit events are kept 30 days, the audit trail 13 months. */
+export const EVENTS_RETENTION_MS = 30 * 86_400_000;
+export const AUDIT_RETENTION_MS = 395 * 86_400_000;
+
+export interface ReapResult {
+  deadConsumers: number;
+  claimedEntries: number;
+  removedConsumers: number;
+  removedMembers: number;
+  trimmedEntries: number;
+}
+
+export interface RetentionResult {
+  eventsDeleted: number;
+  auditDeleted: number;
+}
+
+/**
+ * J1, the epoch reaper: for every shard stream, the consumers of processes that are not live members
+ * any more have their pending entries claimed by the shard's current owner (which folds them on its
+ * next sweep) and are then removed; members unheard for an hour leave the member list; report entries
+ * older than any window are trimmed. Idempotent: a second run (or two at once) finds nothing to do.
+ */
+export async function reap(redis: Client, prefix: string, shards: number, now: number): Promise<ReapResult> {
+  const result: ReapResult = { deadConsumers: 0, claimedEntries: 0, removedConsumers: 0, removedMembers: 0, trimmedEntries: 0 };
+  const members = `${prefix}:{ctl}:members`;
+  const epochsKey = `${prefix}:{ctl}:epochs`;
+  const gone = await redis.zrangebyscore(members, '-inf', now - DEAD_AFTER_MS);
+  if (gone.length > 0) {
+    result.removedMembers = await redis.zrem(members, ...gone);
+    await redis.hdel(epochsKey, ...gone);
+  }
+  const epochs = await redis.hgetall(epochsKey);
+  const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => `${id}:${epochs[id] ?? ''}`));
+  const owners = await redis.hgetall(`${prefix}:{ctl}:owners`);
+  for (let s = 0; s < shards; s++) {
+    const key = `${prefix}:{s${s}}:reports`;
+    let consumers: unknown[];
+    try {
+      consumers = (await redis.call('XINFO', 'CONSUMERS', key, 'owners')) as unknown[];
+    } catch {
+      continue; // no stream or no group: nothing to reap
+    }
+    const [token = ''] = (owners[String(s)] ?? '').split('|');
+    const [ownerNode = '', ownerEpoch = ''] = token.split('/');
+    const ownerConsumer = ownerNode ? `${ownerNode}:${ownerEpoch}` : undefined;
+    for (const c of consumers as string[][]) {
+      const info: Record<string, string> = {};
+      for (let i = 0; i + 1 < c.length; i += 2) info[c[i]!] = String(c[i + 1]);
+      const name = info.name ?? '';
+      if (live.has(name) || name === ownerConsumer) continue;
+      result.deadConsumers++;
+      if (Number(info.pending) > 0) {
+        if (ownerConsumer === undefined || !live.has(ownerConsumer)) continue; // kept for a future owner
+        const pending = (await redis.call('XPENDING', key, 'owners', '-', '+', '10000', name)) as Array<[string]>;
+        const ids = pending.map(([id]) => id);
+        if (ids.length > 0) result.claimedEntries += ((await redis.call('XCLAIM', key, 'owners', ownerConsumer, '0', ...ids, 'JUSTID')) as string[]).length;
+        if (ids.length < Number(info.pending)) continue; // the rest next run: a consumer goes only once it holds nothing
+      }
+      await redis.call('XGROUP', 'DELCONSUMER', key, 'owners', name);
+      result.removedConsumers++;
+    }
+    result.trimmedEntries += Number(await redis.call('XTRIM', key, 'MINID', String(now - REPORTS_MAX_AGE_MS)));
+  }
+  return result;
+}
+
+/**
+ * J2, retention: limit events older than 30 days and audit entries older than 13 months are deleted;
+ * a run that deleted anything is itself audited. Idempotent: trimming by age twice deletes nothing more.
+ */
+export async function retention(redis: Client, store: PolicyStore, prefix: string, now: number): Promise<RetentionResult> {
+  const eventsDeleted = await new EventLog(redis, prefix).trimBefore(now - EVENTS_RETENTION_MS);
+  const auditDeleted = Number(await redis.call('XTRIM', `${prefix}:{pol}:audit`, 'MINID', String(Math.max(0, now - AUDIT_RETENTION_MS))));
+  if (eventsDeleted + auditDeleted > 0) await store.audit('retention-job', 'retention', 'events, audit', 'scheduled retention (30 days, 13 months)', `${eventsDeleted} events, ${auditDeleted} audit entries deleted`);
+  return { eventsDeleted, auditDeleted };
+}
+
+/** The maintenance queue's name under a prefix. */
+export function queueName(prefix: string): string {
+  return `${prefix}-maintenance`;
+}
+
+/** The queue the admin API adds on-demand runs to (and the worker schedules repeats on). */
+export function maintenanceQueue(connection: ConnectionOptions, prefix: string): Queue {
+  return new Queue(queueName(prefix), { connection, defaultJobOptions: { removeOnComplete: { age: 7 * 86_400, count: 1000 }, removeOnFail: { age: 30 * 86_400 } } });
+}
+
+/**
+ * The worker behind `npm run worker`: runs reaps and retention, on demand and on a schedule (reap
+ * every minute, retention every hour). Several workers may run: each job is idempotent.
+ */
+export async function startWorker(o: { connection: ConnectionOptions; redis: Client; store: PolicyStore; prefix: string; shards: number; now?: () => number }): Promise<{ worker: Worker; queue: Queue }> {
+  const now = o.now ?? Date.now;
+  const queue = maintenanceQueue(o.connection, o.prefix);
+  await queue.upsertJobScheduler('reap-every-minute', { every: 60_000 }, { name: 'reap' });
+  await queue.upsertJobScheduler('retention-every-hour', { every: 3_600_000 }, { name: 'retention' });
+  const worker = new Worker(
+    queueName(o.prefix),
+    async (job: Job) => {
+      if (job.name === 'reap') return reap(o.redis, o.prefix, o.shards, now());
+      if (job.name === 'retention') return retention(o.redis, o.store, o.prefix, now());
+      throw new Error(`unknown job "${job.name}"`);
+    },
+    { connection: o.connection, concurrency: 1 },
+  );
+  return { worker, queue };
+}

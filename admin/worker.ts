@@ -1,0 +1,34 @@
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { PolicyStore } from '../bus/policy-store.js';
+import { startWorker } from './jobs.js';
+
+/**
+ * `npm run worker`: the BullMQ worker for the epoch reaper (every minute) and retention (every hour),
+ * and for runs the admin API asks for. Environment: REDIS_URL (required), REDIS_PREFIX (frl), SHARDS
+ * (64, as the gateways), LOG_LEVEL (info).
+ */
+const env = process.env;
+const logger = pino({ name: 'maintenance-worker', level: env.LOG_LEVEL ?? 'info' });
+const shards = Number(env.SHARDS ?? 64);
+if (!env.REDIS_URL || !Number.isInteger(shards) || shards < 1) {
+  process.stderr.write(`maintenance worker: refusing to start:\n${!env.REDIS_URL ? '  - REDIS_URL must be set\n' : ''}${!Number.isInteger(shards) || shards < 1 ? `  - SHARDS must be a whole number ≥ 1, got "${env.SHARDS}"\n` : ''}`);
+  process.exit(1);
+}
+const prefix = env.REDIS_PREFIX ?? 'frl';
+// BullMQ's blocking connection needs maxRetriesPerRequest: null.
+const connection = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+const redis = new Redis(env.REDIS_URL, { commandTimeout: 10_000 });
+const { worker, queue } = await startWorker({ connection, redis, store: new PolicyStore(redis, prefix), prefix, shards });
+worker.on('completed', (job, result) => logger.info({ job: job.name, id: job.id, result }, 'job done'));
+worker.on('failed', (job, err) => logger.error({ job: job?.name, id: job?.id, err }, 'job failed'));
+logger.info({ prefix, shards }, 'maintenance worker running');
+const stop = (): void => {
+  void Promise.all([worker.close(), queue.close()]).finally(() => {
+    connection.disconnect();
+    redis.disconnect();
+    process.exit(0);
+  });
+};
+process.once('SIGINT', stop);
+process.once('SIGTERM', stop);
