@@ -1,6 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import type { Cluster, Redis } from 'ioredis';
 import Joi from 'joi';
 import type { Logger } from 'pino';
@@ -11,6 +12,7 @@ import { PolicyError, type Problem } from '../lib/errors.js';
 import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import type { PlanDef, PolicyDoc } from '../lib/policy.js';
 import { joiProblems } from '../lib/validate.js';
+import { metricsHandler } from '../middleware/metrics.js';
 
 /** Inputs of the admin API. */
 export interface AdminOptions {
@@ -95,6 +97,15 @@ export function createAdminApp(o: AdminOptions): Express {
   const app = express();
   app.disable('x-powered-by');
   app.use(helmet());
+  // Prometheus, unauthenticated like the gateways' (no secrets in it): process metrics and requests.
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const requests = new Counter({ name: 'fleet_ratelimit_admin_requests_total', help: 'Admin API requests by route and status.', labelNames: ['method', 'route', 'status'], registers: [registry] });
+  app.use((req, res, next) => {
+    res.on('finish', () => requests.inc({ method: req.method, route: (req.route as { path?: string } | undefined)?.path ?? 'unmatched', status: String(res.statusCode) }));
+    next();
+  });
+  app.get('/metrics', metricsHandler(registry));
   app.use(express.json({ limit: '1mb' }));
 
   const authorize =
@@ -200,17 +211,31 @@ export function createAdminApp(o: AdminOptions): Express {
   }));
 
   v1.get('/health', admin, route(async (_req, res) => {
-    const [time, members, epochs, owners, policy, sw] = await Promise.all([
+    const [time, members, epochs, owners, statuses, policy, sw] = await Promise.all([
       o.redis.time(),
       o.redis.zrange(`${prefix}:{ctl}:members`, 0, -1, 'WITHSCORES'),
       o.redis.hgetall(`${prefix}:{ctl}:epochs`),
       o.redis.hgetall(`${prefix}:{ctl}:owners`),
+      o.redis.hgetall(`${prefix}:{ctl}:status`),
       o.store.current(),
       o.store.switchState(),
     ]);
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
     const nodes = [];
-    for (let i = 0; i + 1 < members.length; i += 2) nodes.push({ node: members[i]!, nodeEpoch: epochs[members[i]!] ?? null, lastRoundMsAgo: now - Number(members[i + 1]) });
+    for (let i = 0; i + 1 < members.length; i += 2) {
+      const id = members[i]!;
+      const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as { nodeEpoch?: string; leases?: { committed: number; allowance: number } });
+      // A status from an earlier process of the same node id is not this one's.
+      const current = st !== undefined && st.nodeEpoch === epochs[id] ? st : undefined;
+      nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: now - Number(members[i + 1]), status: current ?? null });
+    }
+    let committed = 0;
+    let allowance = 0;
+    for (const x of nodes) {
+      const leases = (x.status as { leases?: { committed: number; allowance: number } } | null)?.leases;
+      committed += leases?.committed ?? 0;
+      allowance += leases?.allowance ?? 0;
+    }
     const shards = Object.entries(owners)
       .map(([shard, v]) => {
         const [token = '', epoch = '0', exp = '0'] = v.split('|');
@@ -218,7 +243,21 @@ export function createAdminApp(o: AdminOptions): Express {
         return { shard: Number(shard), owner: node || null, ownerNodeEpoch: nodeEpoch || null, ownerEpoch: Number(epoch), leaseMsLeft: Math.max(0, Number(exp) - now) };
       })
       .sort((a, b) => a.shard - b.shard);
-    res.json({ at: now, enforcing: sw.enforce, policyVersion: policy?.version ?? null, nodes, shards, unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard) });
+    const degraded = nodes.filter((x) => (x.status as { degraded?: boolean } | null)?.degraded === true).map((x) => x.node);
+    const stalePolicy = nodes.filter((x) => policy !== undefined && x.status !== null && (x.status as { policyVersion?: number }).policyVersion !== policy.version).map((x) => x.node);
+    res.json({
+      at: now,
+      enforcing: sw.enforce,
+      policyVersion: policy?.version ?? null,
+      // One answer to "is every node enforcing the right limits right now".
+      ok: degraded.length === 0 && stalePolicy.length === 0 && sw.enforce && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+      degradedNodes: degraded,
+      nodesOnAnotherPolicy: stalePolicy,
+      leases: { committed, allowance },
+      nodes,
+      shards,
+      unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard),
+    });
   }));
 
   v1.post('/kill-switch', authorize('break-glass'), route(async (req, res) => {

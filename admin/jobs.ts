@@ -40,6 +40,7 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
   if (gone.length > 0) {
     result.removedMembers = await redis.zrem(members, ...gone);
     await redis.hdel(epochsKey, ...gone);
+    await redis.hdel(`${prefix}:{ctl}:status`, ...gone);
   }
   const epochs = await redis.hgetall(epochsKey);
   const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => `${id}:${epochs[id] ?? ''}`));

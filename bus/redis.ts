@@ -270,6 +270,16 @@ export class RedisBus implements Bus {
     return { count: this.rttCount, p50: at(0.5), p99: at(0.99) };
   }
 
+  /**
+   * Publishes this node's status for the admin API's health view (A2): one field of
+   * `frl:{ctl}:status`, stamped with the time. Fire and forget.
+   */
+  publishStatus(status: object): void {
+    if (this.closed || this.identity === undefined) return;
+    const value = JSON.stringify({ ...status, nodeEpoch: this.identity.nodeEpoch, ownedShards: this.ownedShards().length, at: Date.now() });
+    this.redis.hset(this.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
+  }
+
   /** Shards this node owns and serves now. */
   ownedShards(): number[] {
     return [...this.owned].filter(([, o]) => o.state === 'ready').map(([s]) => s);

@@ -259,6 +259,26 @@ export class FoldOwner {
     return sum;
   }
 
+  /**
+   * Totals over the ledgers of windows still running: credit committed (issued + self-granted −
+   * released) against their allowances. Committed never exceeds allowance in any ledger (L2), so
+   * never in the sum; the sum says how much of the fleet's allowance is out on lease.
+   */
+  totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
+    let ledgers = 0;
+    let sum = 0;
+    let allowance = 0;
+    for (const list of this.ledgers.values()) {
+      for (const l of list) {
+        if (l.windowEnd <= nowMs) continue;
+        ledgers++;
+        sum += committed(l);
+        allowance += l.allowance;
+      }
+    }
+    return { ledgers, committed: sum, allowance };
+  }
+
   /** Number of ledgers held. */
   get size(): number {
     return this.ledgerCount;

@@ -12,6 +12,8 @@ export interface MetricSources {
   readonly owner: FoldOwner;
   readonly bus: Bus;
   readonly shards: number;
+  /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
+  readonly events?: { readonly dropped: number };
 }
 
 /** Bus counters some transports keep (the Redis bus does); read if present. */
@@ -63,6 +65,7 @@ export class LimiterMetrics {
     fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', () => src.node.stats.grantsApplied);
     fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', () => src.owner.stats.grants);
     fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', () => src.node.stats.selfGrants);
+    fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', () => src.events?.dropped ?? 0);
     new Counter({
       name: 'fleet_ratelimit_bus_rejections_total',
       help: 'Bus entries and messages rejected: version, secret, mac, malformed, fold (could not be applied), stale_owner (from a deposed owner).',

@@ -101,7 +101,16 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   );
   const capacity = new AdmissionCapacity(clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
-  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, shards: cfg.shards });
+  const metrics = new LimiterMetrics({
+    nodeId: cfg.nodeId,
+    stats,
+    node,
+    owner,
+    bus,
+    shards: cfg.shards,
+    // Read at scrape time: the event log is set up further down.
+    events: { get dropped() { return events?.dropped ?? 0; } },
+  });
   let policy = cfg.policy;
   let enforcing = true;
   // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
@@ -119,12 +128,20 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       if (now >= sweepAt) {
         owner.sweep(now);
         sweepAt = now + 1000;
+        if (bus instanceof RedisBus) bus.publishStatus(status(now));
       }
     } catch (err) {
       logger.error({ err }, 'reconciliation round failed');
     }
   }, cfg.roundMs);
   timer.unref();
+
+  /** What the admin API's health view shows of this node (A2). */
+  function status(now: number): object {
+    let foldAgeMs = 0;
+    for (let s = 0; s < cfg.shards; s++) foldAgeMs = Math.max(foldAgeMs, node.silenceMs(s));
+    return { degraded: node.degraded, foldAgeMs, enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: owner.totals(now), eventsDropped: events?.dropped ?? 0 };
+  }
 
   const fixedClass = cfg.routeClass;
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;

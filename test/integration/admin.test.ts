@@ -55,6 +55,10 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     expect((await request(app).post('/admin/v1/kill-switch').set(as(ADMIN)).send({ enforce: false, reason: 'try it' })).status).to.equal(403);
     const ok = await request(app).get('/admin/v1/audit').set(as(ADMIN));
     expect(ok.status).to.equal(200);
+    const metrics = (await request(app).get('/metrics').expect(200)).text;
+    expect(metrics).to.match(/fleet_ratelimit_admin_requests_total\{method="GET",route="\/audit",status="401"\} 1/);
+    expect(metrics).to.match(/fleet_ratelimit_admin_requests_total\{method="GET",route="\/audit",status="200"\} 1/);
+    expect(metrics).to.include('process_cpu_seconds_total');
     for (const res of [none, ok]) {
       expect(res.headers['x-content-type-options']).to.equal('nosniff');
       expect(res.headers['content-security-policy']).to.be.a('string');
@@ -167,7 +171,7 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
   it('health shows every live node, each shard’s owner and owner epoch, the policy version and the switch', async () => {
     const limiter = rateLimiter({
       policy: demoPolicy(),
-      identify: () => undefined,
+      identify: () => ({ principal: 'health-check-key', tenant: 'acme' }),
       keyHash: TEST_KEY_HASH,
       nodeId: 'health-node',
       shards: 8,
@@ -176,15 +180,38 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     });
     limiters.push(limiter);
     await limiter.ready();
-    const h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as {
+    await putPolicy(demoPolicy(), 'health check policy');
+    type Health = {
+      ok: boolean;
       enforcing: boolean;
-      nodes: Array<{ node: string; lastRoundMsAgo: number }>;
+      policyVersion: number;
+      degradedNodes: string[];
+      nodesOnAnotherPolicy: string[];
+      leases: { committed: number; allowance: number };
+      nodes: Array<{ node: string; lastRoundMsAgo: number; status: { degraded: boolean; foldAgeMs: number; policyVersion: number; leases: { ledgers: number } } | null }>;
       shards: Array<{ shard: number; owner: string; ownerEpoch: number }>;
       unownedShards: number[];
     };
+    // Some traffic, so the owner holds ledgers.
+    const gateway = express().use(limiter).use((_req, res) => {
+      res.json({ ok: true });
+    });
+    for (let i = 0; i < 3; i++) await request(gateway).get('/x'); // free plan: its 60 s window's ledger lasts
+    let h = {} as Health;
+    await until(async () => {
+      h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as Health;
+      return h.nodes[0]?.status?.policyVersion === 1 && h.nodes[0].status.leases.ledgers > 0;
+    }, 'the node to report its status', 5000);
+    expect(h.ok, JSON.stringify(h)).to.equal(true);
     expect(h.enforcing).to.equal(true);
+    expect(h.degradedNodes).to.deep.equal([]);
+    expect(h.nodesOnAnotherPolicy).to.deep.equal([]);
     expect(h.nodes.map((x) => x.node)).to.deep.equal(['health-node']);
     expect(h.nodes[0]!.lastRoundMsAgo).to.be.below(1000);
+    expect(h.nodes[0]!.status!.degraded).to.equal(false);
+    expect(h.nodes[0]!.status!.foldAgeMs).to.be.below(1000);
+    expect(h.leases.committed).to.be.above(0);
+    expect(h.leases.committed).to.be.at.most(h.leases.allowance);
     expect(h.shards.map((s) => s.shard)).to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(h.shards.every((s) => s.owner === 'health-node' && s.ownerEpoch > 0)).to.equal(true);
     expect(h.unownedShards).to.deep.equal([]);
