@@ -47,6 +47,11 @@ const LEASE_ROUNDS = 10;
 const REACH_ROUNDS = 3;
 /** Silence, in rounds, after which an owner holds a member's possible self-grant back (F4). */
 const SILENT_ROUNDS = 2;
+/**
+ * A member back from a silence stays "unsettled" (its possible self-grant held back) this many rounds:
+ * its reports, skipped while it was cut off, land a round or two after its heartbeat does.
+ */
+const REJOIN_ROUNDS = 4;
 /** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
 const BLIND_SETTLE_ROUNDS = 9;
 const GROUP = 'owners';
@@ -468,14 +473,14 @@ export class RedisBus implements Bus {
 
   /**
    * Members whose boundary self-grant the owner may not have seen: silent two rounds or more (as of
-   * now, so a freeze of Redis counts), or back less than a round ago.
+   * now, so a freeze of Redis counts), or back from a silence less than `REJOIN_ROUNDS` ago.
    */
   private unsettled(): string[] {
     const mono = this.clock.monotonic();
     const roundMs = this.opts.roundMs;
     const out: string[] = [];
     for (const [id, m] of this.members) {
-      if (id !== this.identity?.nodeId && (mono - m.lastSeen >= SILENT_ROUNDS * roundMs || mono - m.rejoinedAt < roundMs)) out.push(id);
+      if (id !== this.identity?.nodeId && (mono - m.lastSeen >= SILENT_ROUNDS * roundMs || mono - m.rejoinedAt < REJOIN_ROUNDS * roundMs)) out.push(id);
     }
     return out;
   }
