@@ -4,7 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import request from 'supertest';
+import { createAdminApp } from '../../admin/app.js';
+import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
+import type { PolicyDoc } from '../../lib/policy.js';
 import { shardOf } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { startFleet, type Fleet, type GatewayNode } from '../../scripts/fleet.js';
@@ -23,6 +27,7 @@ function writePolicy(dir: string): string {
     policy: Record<string, unknown>;
   };
   for (const s of SCENARIOS) for (let i = 0; i < 4; i++) demo.demoKeys[`hour-${s}-${i}`] = { tenant: `t-${s}-${i}`, plan: 'hour' };
+  demo.demoKeys['policy-probe'] = { tenant: 't-probe', plan: 'hour' };
   delete demo.policy.capacity;
   const path = join(dir, 'policy.json');
   writeFileSync(path, JSON.stringify(demo));
@@ -70,12 +75,14 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
   let fleet: Fleet;
   let raw: Redis;
   let dir: string;
+  let policyPath: string;
 
   before(async () => {
     redis = await startRedis();
     raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     dir = mkdtempSync(join(tmpdir(), 'frl-cluster-'));
-    fleet = await startFleet({ nodes: 3, redisUrl: redis.url, env: { KEY_HASH_SECRET, POLICY_FILE: writePolicy(dir), DEGRADED_AFTER_MS: '3000' } });
+    policyPath = writePolicy(dir);
+    fleet = await startFleet({ nodes: 3, redisUrl: redis.url, env: { KEY_HASH_SECRET, POLICY_FILE: policyPath, DEGRADED_AFTER_MS: '3000' } });
   });
   after(async () => {
     await fleet?.stop();
@@ -132,6 +139,26 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     const admitted = (first[200] ?? 0) + (second[200] ?? 0);
     expect(admitted).to.be.at.most(1000);
     expect(admitted).to.be.at.least(1000 - Math.ceil(1000 / 3));
+  });
+
+  it('a policy change through the admin API reaches every running node process without a restart', async () => {
+    const file = JSON.parse(readFileSync(policyPath, 'utf8')) as { demoKeys: Record<string, { plan: string }>; policy: PolicyDoc };
+    const keys = Object.fromEntries(Object.entries(file.demoKeys).map(([k, v]) => [hasher.hash(k), { plan: v.plan }]));
+    const admin = createAdminApp({ store: new PolicyStore(raw), redis: raw, adminToken: 'admin-token-0123456789', breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions: [{ version: 'v1', secret: KEY_HASH_SECRET }] } });
+    const auth = { Authorization: 'Bearer admin-token-0123456789' };
+    await request(admin).put('/admin/v1/policy').set(auth).send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' }).expect(200);
+    // policy-probe moves from 1000 per hour to the free plan (10 per second).
+    await request(admin).put('/admin/v1/overrides').set(auth).send({ key: 'policy-probe', plan: 'free', reason: 'e2e: live change' }).expect(200);
+    await new Promise((r) => setTimeout(r, 300)); // the announcement crosses Redis
+    for (const n of fleet.nodes) {
+      // Start just after the key's own burst boundary, so the twelve share one window.
+      const offset = phaseOffset(hasher.hash('policy-probe'), 1000);
+      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000));
+      const statuses: number[] = [];
+      for (let i = 0; i < 12; i++) statuses.push((await probe(n.url, 'policy-probe')).status);
+      // Ten a second now (a first sight that misses its 1 ms ask admits fewer, never more).
+      expect(statuses.filter((st) => st === 200).length, `${n.nodeId}: ${statuses.join()}`).to.be.at.most(10);
+    }
   });
 
   it('Redis frozen 2 s, then past the degraded limit, then restarted empty: every request answered from memory, none waits on Redis; the fleet reconverges', async function () {
