@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
@@ -78,11 +78,9 @@ function problem(res: Response, status: number, error: string, title: string, ex
   res.status(status).type('application/problem+json').send(JSON.stringify({ type: 'about:blank', title, status, error, ...extra }));
 }
 
-/** Constant-time comparison of a presented token with the configured one. */
+/** Constant-time comparison of a presented token with the configured one (digests: no length leak). */
 function same(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
+  return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
 }
 
 /**
@@ -133,7 +131,7 @@ export function createAdminApp(o: AdminOptions): Express {
         if (err instanceof PolicyError) return problem(res, 400, 'INVALID_POLICY', 'The resulting policy is invalid; nothing was changed', { problems: err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })) });
         if (err instanceof PolicyConflict) return problem(res, 409, 'CONFLICT', err.message);
         o.logger?.error({ err, path: req.path }, 'admin request failed');
-        problem(res, 500, 'INTERNAL', 'The change could not be made; nothing was changed');
+        problem(res, 500, 'INTERNAL', 'The request failed; the audit trail shows any change that was made');
       });
     };
 
@@ -268,8 +266,10 @@ export function createAdminApp(o: AdminOptions): Express {
   v1.post('/jobs/:name', admin, route(async (req, res) => {
     const [name, body] = valid<[string, { reason: string }]>([jobName, req.params.name, 'name'], [bodies.reasonOnly, req.body]);
     if (o.queue === undefined) return problem(res, 503, 'NO_QUEUE', 'No job queue is configured');
-    const job = await o.queue.add(name, { requestedBy: res.locals.principal, reason: body.reason });
-    await o.store.audit(res.locals.principal as string, 'job.run', name, body.reason, `job ${job.id}`);
+    // Audited before it is queued: a run is never without its audit entry.
+    const jobId = `${name}-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`;
+    await o.store.audit(res.locals.principal as string, 'job.run', name, body.reason, `job ${jobId}`);
+    const job = await o.queue.add(name, { requestedBy: res.locals.principal, reason: body.reason }, { jobId });
     res.status(202).json({ id: job.id, name });
   }));
 
@@ -296,6 +296,8 @@ export function createAdminApp(o: AdminOptions): Express {
     const [body] = valid<[{ keys: string[]; reason: string }]>([bodies.subjects, req.body]);
     if (o.events === undefined) return problem(res, 503, 'NO_EVENTS', 'No event log is configured');
     const keyIds = keyIdsOf(body.keys);
+    // Audited before and after: a failure half-way still leaves a record of the attempt.
+    await o.store.audit(res.locals.principal as string, 'subject.erase.start', keyIds.join(' '), body.reason);
     const erased = await o.events.erase(keyIds);
     await o.store.audit(res.locals.principal as string, 'subject.erase', keyIds.join(' '), body.reason, `${erased} events erased`);
     res.json({ keyIds, erased });

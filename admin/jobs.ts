@@ -7,6 +7,8 @@ type Client = Redis | Cluster;
 
 /** A member unheard of this long is dead: its consumers are reaped (matches the bus's own pruning). */
 export const DEAD_AFTER_MS = 3_600_000;
+/** A consumer is only touched once it has been idle this long: a process that just joined may not be listed yet. */
+export const CONSUMER_IDLE_MS = 60_000;
 /** Report entries older than the longest window a policy allows (a day) plus a minute are useless. */
 export const REPORTS_MAX_AGE_MS = 86_400_000 + 60_000;
 /** J2: limit events are kept 30 days, the audit trail 13 months. */
@@ -32,7 +34,7 @@ export interface RetentionResult {
  * next sweep) and are then removed; members unheard for an hour leave the member list; report entries
  * older than any window are trimmed. Idempotent: a second run (or two at once) finds nothing to do.
  */
-export async function reap(redis: Client, prefix: string, shards: number, now: number): Promise<ReapResult> {
+export async function reap(redis: Client, prefix: string, shards: number, now: number, { consumerIdleMs = CONSUMER_IDLE_MS } = {}): Promise<ReapResult> {
   const result: ReapResult = { deadConsumers: 0, claimedEntries: 0, removedConsumers: 0, removedMembers: 0, trimmedEntries: 0 };
   const members = `${prefix}:{ctl}:members`;
   const epochsKey = `${prefix}:{ctl}:epochs`;
@@ -44,29 +46,31 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
   }
   const epochs = await redis.hgetall(epochsKey);
   const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => `${id}:${epochs[id] ?? ''}`));
-  const owners = await redis.hgetall(`${prefix}:{ctl}:owners`);
   for (let s = 0; s < shards; s++) {
     const key = `${prefix}:{s${s}}:reports`;
     let consumers: unknown[];
     try {
       consumers = (await redis.call('XINFO', 'CONSUMERS', key, 'owners')) as unknown[];
-    } catch {
-      continue; // no stream or no group: nothing to reap
+    } catch (err) {
+      if (/no such key|NOGROUP/i.test(String((err as Error).message))) continue; // nothing to reap
+      throw err;
     }
-    const [token = ''] = (owners[String(s)] ?? '').split('|');
+    // Read per shard: the owner may have changed while the reaper went through the others.
+    const [token = ''] = ((await redis.hget(`${prefix}:{ctl}:owners`, String(s))) ?? '').split('|');
     const [ownerNode = '', ownerEpoch = ''] = token.split('/');
     const ownerConsumer = ownerNode ? `${ownerNode}:${ownerEpoch}` : undefined;
     for (const c of consumers as string[][]) {
       const info: Record<string, string> = {};
       for (let i = 0; i + 1 < c.length; i += 2) info[c[i]!] = String(c[i + 1]);
       const name = info.name ?? '';
-      if (live.has(name) || name === ownerConsumer) continue;
+      // A recently active consumer is never touched, listed as a member or not.
+      if (live.has(name) || name === ownerConsumer || Number(info.idle) < consumerIdleMs) continue;
       result.deadConsumers++;
       if (Number(info.pending) > 0) {
         if (ownerConsumer === undefined || !live.has(ownerConsumer)) continue; // kept for a future owner
         const pending = (await redis.call('XPENDING', key, 'owners', '-', '+', '10000', name)) as Array<[string]>;
         const ids = pending.map(([id]) => id);
-        if (ids.length > 0) result.claimedEntries += ((await redis.call('XCLAIM', key, 'owners', ownerConsumer, '0', ...ids, 'JUSTID')) as string[]).length;
+        if (ids.length > 0) result.claimedEntries += ((await redis.call('XCLAIM', key, 'owners', ownerConsumer, String(consumerIdleMs), ...ids, 'JUSTID')) as string[]).length;
         if (ids.length < Number(info.pending)) continue; // the rest next run: a consumer goes only once it holds nothing
       }
       await redis.call('XGROUP', 'DELCONSUMER', key, 'owners', name);
@@ -93,9 +97,12 @@ export function queueName(prefix: string): string {
   return `${prefix}-maintenance`;
 }
 
+/** BullMQ's key prefix: one hash tag, so its multi-key scripts work on a Redis Cluster. */
+const BULL_PREFIX = '{frl-jobs}';
+
 /** The queue the admin API adds on-demand runs to (and the worker schedules repeats on). */
 export function maintenanceQueue(connection: ConnectionOptions, prefix: string): Queue {
-  return new Queue(queueName(prefix), { connection, defaultJobOptions: { removeOnComplete: { age: 7 * 86_400, count: 1000 }, removeOnFail: { age: 30 * 86_400 } } });
+  return new Queue(queueName(prefix), { connection, prefix: BULL_PREFIX, defaultJobOptions: { removeOnComplete: { age: 7 * 86_400, count: 1000 }, removeOnFail: { age: 30 * 86_400 } } });
 }
 
 /**
@@ -114,7 +121,7 @@ export async function startWorker(o: { connection: ConnectionOptions; redis: Cli
       if (job.name === 'retention') return retention(o.redis, o.store, o.prefix, now());
       throw new Error(`unknown job "${job.name}"`);
     },
-    { connection: o.connection, concurrency: 1 },
+    { connection: o.connection, prefix: BULL_PREFIX, concurrency: 1 },
   );
   return { worker, queue };
 }

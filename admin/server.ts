@@ -12,9 +12,10 @@ import { maintenanceQueue } from './jobs.js';
  * LOG_LEVEL (info). It refuses to start without them.
  */
 const env = process.env;
+const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) } : { url: env.REDIS_URL ?? '' };
 const logger = pino({ name: 'admin-api', level: env.LOG_LEVEL ?? 'info' });
 const problems: string[] = [];
-if (!env.REDIS_URL) problems.push('REDIS_URL must be set');
+if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) problems.push('REDIS_URL (or REDIS_CLUSTER_NODES) must be set');
 for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] as const) {
   if (!env[name] || env[name]!.length < 16) problems.push(`${name} must be set, at least 16 characters`);
 }
@@ -26,11 +27,11 @@ if (problems.length) {
   process.exit(1);
 }
 
-const redis = connect({ url: env.REDIS_URL! }, { commandTimeout: 2000 });
+const redis = connect(where, { commandTimeout: 2000 });
 redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
 const store = new PolicyStore(redis, env.REDIS_PREFIX);
 // BullMQ wants its own connection, with maxRetriesPerRequest: null.
-const queue = maintenanceQueue(connect({ url: env.REDIS_URL! }, { maxRetriesPerRequest: null }), env.REDIS_PREFIX ?? 'frl');
+const queue = maintenanceQueue(connect(where, { maxRetriesPerRequest: null }), env.REDIS_PREFIX ?? 'frl');
 const app = createAdminApp({
   store,
   redis,

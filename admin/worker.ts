@@ -1,6 +1,6 @@
-import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
+import { connect } from '../bus/redis.js';
 import { startWorker } from './jobs.js';
 
 /**
@@ -11,14 +11,15 @@ import { startWorker } from './jobs.js';
 const env = process.env;
 const logger = pino({ name: 'maintenance-worker', level: env.LOG_LEVEL ?? 'info' });
 const shards = Number(env.SHARDS ?? 64);
-if (!env.REDIS_URL || !Number.isInteger(shards) || shards < 1) {
-  process.stderr.write(`maintenance worker: refusing to start:\n${!env.REDIS_URL ? '  - REDIS_URL must be set\n' : ''}${!Number.isInteger(shards) || shards < 1 ? `  - SHARDS must be a whole number ≥ 1, got "${env.SHARDS}"\n` : ''}`);
+const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) } : { url: env.REDIS_URL ?? '' };
+if ((!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) || !Number.isInteger(shards) || shards < 1) {
+  process.stderr.write(`maintenance worker: refusing to start:\n${!env.REDIS_URL && !env.REDIS_CLUSTER_NODES ? '  - REDIS_URL (or REDIS_CLUSTER_NODES) must be set\n' : ''}${!Number.isInteger(shards) || shards < 1 ? `  - SHARDS must be a whole number ≥ 1, got "${env.SHARDS}"\n` : ''}`);
   process.exit(1);
 }
 const prefix = env.REDIS_PREFIX ?? 'frl';
 // BullMQ's blocking connection needs maxRetriesPerRequest: null.
-const connection = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-const redis = new Redis(env.REDIS_URL, { commandTimeout: 10_000 });
+const connection = connect(where, { maxRetriesPerRequest: null });
+const redis = connect(where, { commandTimeout: 10_000 });
 const { worker, queue } = await startWorker({ connection, redis, store: new PolicyStore(redis, prefix), prefix, shards });
 worker.on('completed', (job, result) => logger.info({ job: job.name, id: job.id, result }, 'job done'));
 worker.on('failed', (job, err) => logger.error({ job: job?.name, id: job?.id, err }, 'job failed'));

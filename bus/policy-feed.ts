@@ -48,6 +48,14 @@ export class PolicyFeed {
   /** Reads the store and applies what is newer; never throws. */
   async load(): Promise<void> {
     if (this.closed) return;
+    try {
+      await this.loadBoth();
+    } catch (err) {
+      this.fail(err, 'live policy not applied; the last good policy stays in force');
+    }
+  }
+
+  private async loadBoth(): Promise<void> {
     // The switch and the policy are read apart: a policy that cannot be loaded never keeps the
     // kill switch from working.
     await Promise.all([

@@ -3,6 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { compilePolicy, type CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 
 const PUT_SCRIPT = readFileSync(new URL('./lua/policy-put.lua', import.meta.url), 'utf8');
+const SWITCH_SCRIPT = readFileSync(new URL('./lua/switch-put.lua', import.meta.url), 'utf8');
 
 /** One stored policy version. */
 export interface StoredPolicy {
@@ -46,6 +47,7 @@ type Client = Redis | Cluster;
 
 interface PutCommand {
   frlPolicyPut(...args: string[]): Promise<number>;
+  frlSwitchPut(...args: string[]): Promise<number>;
 }
 
 /**
@@ -63,6 +65,7 @@ export class PolicyStore {
   ) {
     this.prefix = prefix;
     redis.defineCommand('frlPolicyPut', { numberOfKeys: 3, lua: PUT_SCRIPT });
+    redis.defineCommand('frlSwitchPut', { numberOfKeys: 2, lua: SWITCH_SCRIPT });
   }
 
   /** Channel announcing a new policy version (message: the version) or a switch change (`switch`). */
@@ -88,13 +91,15 @@ export class PolicyStore {
 
   /**
    * Stores `change(current)` as the next version, if it compiles (else the `PolicyError` is thrown and
-   * nothing changes), and audits it. Throws `PolicyConflict` if another version landed meanwhile.
+   * nothing changes), and audits it. A change to the same document stores and audits nothing (and
+   * returns the current version). Throws `PolicyConflict` if another version landed meanwhile.
    */
   async update(change: (current: PolicyDoc | undefined) => Omit<PolicyDoc, 'version'>, by: string, reason: string, action: string, target: string, detail = ''): Promise<StoredPolicy> {
     const before = await this.current();
     const version = (before?.version ?? 0) + 1;
     const policy = { ...change(before?.policy), version } as PolicyDoc;
     compilePolicy(policy);
+    if (before !== undefined && JSON.stringify({ ...before.policy, version }) === JSON.stringify(policy)) return before;
     const stored: StoredPolicy = { version, policy, at: Date.now(), by, reason };
     try {
       await (this.redis as unknown as PutCommand).frlPolicyPut(
@@ -121,16 +126,23 @@ export class PolicyStore {
     return { enforce: h.enforce !== '0', at: Number(h.at ?? 0), by: h.by ?? '', reason: h.reason ?? '' };
   }
 
-  /** Turns enforcement off fleet-wide or back on; audited and announced. */
+  /**
+   * Turns enforcement off fleet-wide or back on: set, audited and announced in one script; setting it
+   * to what it already is writes nothing. Returns the state in force.
+   */
   async setSwitch(enforce: boolean, by: string, reason: string): Promise<SwitchState> {
-    const state: SwitchState = { enforce, at: Date.now(), by, reason };
-    await this.redis
-      .multi()
-      .hset(this.key('switch'), 'enforce', enforce ? '1' : '0', 'at', String(state.at), 'by', by, 'reason', reason)
-      .xadd(this.key('audit'), '*', ...auditFields(by, 'kill-switch', 'enforcement', reason, enforce ? 'enforcement on' : 'enforcement off'))
-      .publish(this.channel, 'switch')
-      .exec();
-    return state;
+    const at = Date.now();
+    const changed = await (this.redis as unknown as PutCommand).frlSwitchPut(
+      this.key('switch'),
+      this.key('audit'),
+      enforce ? '1' : '0',
+      String(at),
+      by,
+      reason,
+      this.channel,
+      ...auditFields(by, 'kill-switch', 'enforcement', reason, enforce ? 'enforcement on' : 'enforcement off'),
+    );
+    return changed === 1 ? { enforce, at, by, reason } : this.switchState();
   }
 
   /** Appends an audit entry for a change made elsewhere (a job run, an erasure). */

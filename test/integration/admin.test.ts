@@ -97,6 +97,10 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
 
   it('audits every change with principal and reason; a raw key is hashed on arrival, never stored or echoed', async () => {
     expect((await putPolicy(demoPolicy(), 'first limits')).body).to.deep.equal({ version: 1 });
+    // The same document again, and the switch set to what it is: nothing stored, nothing audited.
+    expect((await putPolicy(demoPolicy(), 'again')).body).to.deep.equal({ version: 1 });
+    expect((await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: true, reason: 'already on' })).body).to.deep.include({ enforce: true });
+    expect(await store.auditLog(10)).to.have.length(1);
     expect((await request(app).put('/admin/v1/plans/gold').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 500, windowMs: 1000 }], reason: 'gold plan launch' })).body).to.deep.equal({ plan: 'gold', version: 2 });
     const put = await request(app).put('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, plan: 'gold', reason: 'vip customer' });
     const keyId = new KeyHasher(TEST_KEY_HASH.versions).hash(RAW_KEY);

@@ -57,14 +57,14 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     await raw.xadd(stream, '*', 'v', '1');
     await raw.xreadgroup('GROUP', 'owners', 'ghost:e0', 'STREAMS', stream, '>');
 
-    const first = await reap(raw, prefix, SHARDS, now);
+    const first = await reap(raw, prefix, SHARDS, now, { consumerIdleMs: 0 }); // (its idle time is real; the dead member's age is injected)
     expect(first).to.deep.equal({ deadConsumers: 1, claimedEntries: 2, removedConsumers: 1, removedMembers: 1, trimmedEntries: 0 });
     const consumers = ((await raw.call('XINFO', 'CONSUMERS', stream, 'owners')) as string[][]).map((c) => [c[1], Number(c[3])]);
     expect(consumers).to.deep.equal([['a:ea', 2]]); // the owner holds them now; it folds them on its next sweep
     expect(await raw.zscore(`${prefix}:{ctl}:members`, 'ghost')).to.equal(null);
     expect(await raw.hget(`${prefix}:{ctl}:epochs`, 'ghost')).to.equal(null);
     // Twice more, at once: nothing left to do, nothing lost.
-    const again = await Promise.all([reap(raw, prefix, SHARDS, now), reap(raw, prefix, SHARDS, now)]);
+    const again = await Promise.all([reap(raw, prefix, SHARDS, now, { consumerIdleMs: 0 }), reap(raw, prefix, SHARDS, now, { consumerIdleMs: 0 })]);
     for (const r of again) expect(r).to.deep.equal({ deadConsumers: 0, claimedEntries: 0, removedConsumers: 0, removedMembers: 0, trimmedEntries: 0 });
     expect(((await raw.xpending(stream, 'owners')) as [number])[0]).to.equal(2);
   });
@@ -135,6 +135,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     const audit = await store.auditLog(5);
     expect(audit.map((e) => [e.action, e.reason, e.detail])).to.deep.equal([
       ['subject.erase', 'erasure request 7', '2 events erased'],
+      ['subject.erase.start', 'erasure request 7', ''],
       ['subject.access', 'subject access request 7', '2 events'],
     ]);
     expect(JSON.stringify(audit)).to.not.include(subject);
