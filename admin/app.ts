@@ -104,6 +104,10 @@ export function createAdminApp(o: AdminOptions): Express {
     next();
   });
   app.get('/metrics', metricsHandler(registry));
+  // Liveness for the container healthcheck; says nothing about the fleet (that is /admin/v1/health).
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
   app.use(express.json({ limit: '1mb' }));
 
   const authorize =

@@ -1,0 +1,96 @@
+import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+
+/*
+ * No Docker engine runs where the tests run, so the compose file is checked here: its structure (what
+ * `docker compose config` would reject, and what this project requires of it) and that the variables
+ * it sets are exactly ones the programs read, including every one they refuse to start without.
+ */
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const read = (path: string): string => readFileSync(`${ROOT}${path}`, 'utf8');
+
+interface Service {
+  image?: string;
+  build?: string;
+  command?: string[];
+  environment?: Record<string, string>;
+  ports?: string[];
+  depends_on?: Record<string, { condition: string }>;
+  healthcheck?: { test: string[] };
+}
+
+const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, Service>; volumes?: Record<string, unknown> };
+
+/** The program a service runs, and the variables it cannot start without. */
+const PROGRAMS: Record<string, { entry: string; required: string[] }> = {
+  'dist/demo/server.js': { entry: 'demo/server.ts', required: ['REDIS_URL', 'KEY_HASH_SECRET', 'BUS_SECRET'] },
+  'dist/admin/server.js': { entry: 'admin/server.ts', required: ['REDIS_URL', 'ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] },
+  'dist/admin/worker.js': { entry: 'admin/worker.ts', required: ['REDIS_URL'] },
+};
+
+/** Environment variables a source file reads (`env.X` or `process.env.X`). */
+function readsOf(path: string): Set<string> {
+  return new Set([...read(path).matchAll(/\benv\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!));
+}
+
+describe('docker-compose.yml and the image (K2)', () => {
+  it('has Redis with persistence, three gateways on distinct ports, the admin API and the worker', () => {
+    const s = compose.services;
+    expect(Object.keys(s).sort()).to.deep.equal(['admin', 'gateway-1', 'gateway-2', 'gateway-3', 'redis', 'worker']);
+    expect(s.redis!.command).to.include('--appendonly');
+    const hostPorts = Object.values(s).flatMap((x) => (x.ports ?? []).map((p) => p.split(':')[0]));
+    expect(new Set(hostPorts).size).to.equal(hostPorts.length);
+    const nodeIds = ['gateway-1', 'gateway-2', 'gateway-3'].map((g) => s[g]!.environment!.NODE_ID);
+    expect(new Set(nodeIds).size).to.equal(3);
+  });
+
+  it('gives every service a healthcheck, and starts each only once what it depends on is healthy', () => {
+    for (const [name, svc] of Object.entries(compose.services)) {
+      expect(svc.healthcheck?.test, `${name}.healthcheck`).to.be.an('array').that.is.not.empty;
+      for (const [dep, cond] of Object.entries(svc.depends_on ?? {})) {
+        expect(compose.services, `${name} depends on ${dep}`).to.have.property(dep);
+        expect(cond.condition, `${name} → ${dep}`).to.equal('service_healthy');
+      }
+      if (name !== 'redis') expect(svc.depends_on, `${name}.depends_on`).to.have.property('redis');
+    }
+  });
+
+  it('sets for each program exactly variables it reads, and every one it cannot start without', () => {
+    for (const [name, svc] of Object.entries(compose.services)) {
+      if (name === 'redis') continue;
+      const program = PROGRAMS[svc.command?.[1] ?? 'dist/demo/server.js'];
+      expect(program, `${name} runs a known program`).to.not.equal(undefined);
+      const reads = readsOf(program!.entry);
+      const sets = Object.keys(svc.environment ?? {});
+      expect(sets.filter((v) => !reads.has(v)), `${name} sets variables ${program!.entry} never reads`).to.deep.equal([]);
+      expect(program!.required.filter((v) => !sets.includes(v)), `${name} lacks required variables`).to.deep.equal([]);
+    }
+  });
+
+  it('takes every secret from .env, and .env.example lists exactly those', () => {
+    const interpolated = new Set([...read('docker-compose.yml').matchAll(/\$\{([A-Z][A-Z0-9_]*):\?/g)].map((m) => m[1]!));
+    const example = read('.env.example')
+      .split('\n')
+      .filter((l) => /^[A-Z]/.test(l))
+      .map((l) => l.split('=')[0]!);
+    expect([...interpolated].sort()).to.deep.equal([...example].sort());
+    expect([...interpolated].sort()).to.deep.equal(['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'BUS_SECRET', 'KEY_HASH_SECRET']);
+    // No secret is written into the compose file itself.
+    for (const svc of Object.values(compose.services)) {
+      for (const [k, v] of Object.entries(svc.environment ?? {})) if (/SECRET|TOKEN/.test(k)) expect(v, k).to.match(/^\$\{/);
+    }
+  });
+
+  it('builds one multi-stage image (npm ci, build, production deps only) that runs as a non-root user with a healthcheck', () => {
+    const dockerfile = read('Dockerfile');
+    expect(dockerfile.match(/^FROM /gm)).to.have.length(2);
+    expect(dockerfile).to.match(/RUN npm ci/);
+    expect(dockerfile).to.match(/npm prune --omit=dev/);
+    expect(dockerfile).to.match(/^USER node$/m);
+    expect(dockerfile).to.match(/^HEALTHCHECK /m);
+    expect(dockerfile).to.match(/\/healthz/);
+  });
+});
