@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { freePorts } from './free-port.js';
+import { installExitHook, liveChildren } from './exit-cleanup.js';
 
 /**
  * Starts demo gateway processes (dist/demo/server.js) sharing one Redis: the library behind
@@ -63,25 +64,6 @@ const STOP_GRACE_MS = 3000;
 const MAX_OUTPUT = 256 * 1024;
 /** Secrets that must be equal on every node: taken from opts.env or process.env, else generated once per fleet. */
 const SHARED_SECRETS = ['KEY_HASH_SECRET', 'BUS_SECRET'] as const;
-
-// Every live child, for the exit hook.
-const liveChildren = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-/** Kills every live child when this process exits (synchronous, as 'exit' requires). */
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const child of liveChildren) {
-      try {
-        child.kill('SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  });
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

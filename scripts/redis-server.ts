@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from './free-port.js';
+import { installExitHook, liveChildren, liveDirs } from './exit-cleanup.js';
 
 /**
  * Private redis-server processes for tests, so no test touches the shared Redis on :6379.
@@ -49,27 +50,6 @@ const READY_TIMEOUT_MS = 10_000;
 const CLUSTER_TIMEOUT_MS = 20_000;
 const STOP_GRACE_MS = 2000;
 const MAX_OUTPUT = 64 * 1024;
-
-// Everything still alive, for the exit hook.
-const liveChildren = new Set<ChildProcess>();
-const liveDirs = new Set<string>();
-let exitHookInstalled = false;
-
-/** Kills every tracked redis-server and removes their dirs when this process exits (synchronous, as 'exit' requires). */
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const child of liveChildren) {
-      try {
-        child.kill('SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-    for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
-  });
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

@@ -1,27 +1,16 @@
 import { expect } from 'chai';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KeyHasher } from '../../lib/key-id.js';
+import { freePort } from '../../scripts/free-port.js';
 import { phaseOffset } from '../../lib/window.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const SERVER = join(ROOT, 'dist/demo/server.js');
 const SECRET = 'e2e-demo-secret-0123456789';
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function waitReady(url: string, child: ChildProcess): Promise<void> {
   for (let i = 0; i < 100; i++) {
