@@ -70,6 +70,13 @@ export class LeaseNode {
     return mono - this.contact[shard]!;
   }
 
+  /** The longest silence of any shard's owner toward this node, ms: how stale its newest fold may be. */
+  longestSilenceMs(): number {
+    let worst = 0;
+    for (let s = 0; s < this.cfg.shards; s++) worst = Math.max(worst, this.silenceMs(s));
+    return worst;
+  }
+
   /**
    * Takes `cost` credit from every window of `limits` or from none. Synchronous when credit is held
    * or the owner is local; a promise only when the fast path has to cross the network.

@@ -11,7 +11,6 @@ export interface MetricSources {
   readonly node: LeaseNode;
   readonly owner: FoldOwner;
   readonly bus: Bus;
-  readonly shards: number;
   /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
   readonly events?: { readonly dropped: number };
 }
@@ -83,9 +82,7 @@ export class LimiterMetrics {
       help: 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.',
       registers: [r],
       collect() {
-        let worst = 0;
-        for (let s = 0; s < src.shards; s++) worst = Math.max(worst, src.node.silenceMs(s));
-        this.set(worst / 1000);
+        this.set(src.node.longestSilenceMs() / 1000);
       },
     });
     new Gauge({ name: 'fleet_ratelimit_degraded', help: '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', registers: [r], collect() { this.set(src.node.degraded ? 1 : 0); } });

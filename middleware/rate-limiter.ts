@@ -101,16 +101,6 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   );
   const capacity = new AdmissionCapacity(clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
-  const metrics = new LimiterMetrics({
-    nodeId: cfg.nodeId,
-    stats,
-    node,
-    owner,
-    bus,
-    shards: cfg.shards,
-    // Read at scrape time: the event log is set up further down.
-    events: { get dropped() { return events?.dropped ?? 0; } },
-  });
   let policy = cfg.policy;
   let enforcing = true;
   // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
@@ -119,6 +109,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
   const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
   flushTimer?.unref();
+  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, ...(events ? { events } : {}) });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -138,9 +129,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   /** What the admin API's health view shows of this node (A2). */
   function status(now: number): object {
-    let foldAgeMs = 0;
-    for (let s = 0; s < cfg.shards; s++) foldAgeMs = Math.max(foldAgeMs, node.silenceMs(s));
-    return { degraded: node.degraded, foldAgeMs, enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: owner.totals(now), eventsDropped: events?.dropped ?? 0 };
+    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: owner.totals(now), eventsDropped: events?.dropped ?? 0 };
   }
 
   const fixedClass = cfg.routeClass;
