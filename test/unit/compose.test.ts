@@ -20,6 +20,7 @@ interface Service {
   ports?: string[];
   depends_on?: Record<string, { condition: string }>;
   healthcheck?: { test: string[] };
+  volumes?: string[];
 }
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, Service>; volumes?: Record<string, unknown> };
@@ -39,7 +40,7 @@ function readsOf(path: string): Set<string> {
 describe('docker-compose.yml and the image (K2)', () => {
   it('has Redis with persistence, three gateways on distinct ports, the admin API and the worker', () => {
     const s = compose.services;
-    expect(Object.keys(s).sort()).to.deep.equal(['admin', 'gateway-1', 'gateway-2', 'gateway-3', 'redis', 'worker']);
+    expect(Object.keys(s).sort()).to.deep.equal(['admin', 'gateway-1', 'gateway-2', 'gateway-3', 'prometheus', 'redis', 'worker']);
     expect(s.redis!.command).to.include('--appendonly');
     const hostPorts = Object.values(s).flatMap((x) => (x.ports ?? []).map((p) => p.split(':')[0]));
     expect(new Set(hostPorts).size).to.equal(hostPorts.length);
@@ -54,13 +55,13 @@ describe('docker-compose.yml and the image (K2)', () => {
         expect(compose.services, `${name} depends on ${dep}`).to.have.property(dep);
         expect(cond.condition, `${name} → ${dep}`).to.equal('service_healthy');
       }
-      if (name !== 'redis') expect(svc.depends_on, `${name}.depends_on`).to.have.property('redis');
+      if (name !== 'redis' && name !== 'prometheus') expect(svc.depends_on, `${name}.depends_on`).to.have.property('redis');
     }
   });
 
   it('sets for each program exactly variables it reads, and every one it cannot start without', () => {
     for (const [name, svc] of Object.entries(compose.services)) {
-      if (name === 'redis') continue;
+      if (name === 'redis' || name === 'prometheus') continue;
       const program = PROGRAMS[svc.command?.[1] ?? 'dist/demo/server.js'];
       expect(program, `${name} runs a known program`).to.not.equal(undefined);
       const reads = readsOf(program!.entry);
@@ -92,5 +93,13 @@ describe('docker-compose.yml and the image (K2)', () => {
     expect(dockerfile).to.match(/^USER node$/m);
     expect(dockerfile).to.match(/^HEALTHCHECK /m);
     expect(dockerfile).to.match(/\/healthz/);
+  });
+
+  it('has Prometheus scrape every gateway and the admin app, with the alert rules mounted where its config reads them', () => {
+    const prom = parse(read('deploy/prometheus/prometheus.yml')) as { rule_files: string[]; scrape_configs: Array<{ static_configs: Array<{ targets: string[] }> }> };
+    const targets = prom.scrape_configs.flatMap((c) => c.static_configs.flatMap((x) => x.targets)).sort();
+    expect(targets).to.deep.equal(['admin:3001', 'gateway-1:3000', 'gateway-2:3000', 'gateway-3:3000']);
+    const mounts = compose.services.prometheus!.volumes ?? [];
+    for (const file of prom.rule_files) expect(mounts.some((m) => m.split(':')[1] === file), file).to.equal(true);
   });
 });
