@@ -86,6 +86,17 @@ export class LimiterMetrics {
       },
     });
     new Gauge({ name: 'fleet_ratelimit_degraded', help: '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', registers: [r], collect() { this.set(src.node.degraded ? 1 : 0); } });
+    new Gauge({
+      name: 'fleet_ratelimit_lease_credit',
+      help: 'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance).',
+      labelNames: ['kind'],
+      registers: [r],
+      collect() {
+        const t = src.owner.totals(Date.now());
+        this.set({ kind: 'committed' }, t.committed);
+        this.set({ kind: 'allowance' }, t.allowance);
+      },
+    });
     new Gauge({ name: 'fleet_ratelimit_buckets', help: 'Buckets held by this node (one per key and window length).', registers: [r], collect() { this.set(src.node.buckets.size); } });
     new Gauge({ name: 'fleet_ratelimit_fleet_size', help: 'Members of the fleet as this node sees them.', registers: [r], collect() { this.set(src.bus.fleetSize()); } });
   }

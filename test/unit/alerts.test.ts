@@ -59,4 +59,27 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
       await limiter.close();
     }
   });
+
+  it('the Grafana dashboard answers the on-call question with metrics the limiter exports', async () => {
+    const dash = JSON.parse(readFileSync(`${ROOT}deploy/grafana/dashboards/enforcement-health.json`, 'utf8')) as {
+      uid: string;
+      panels: Array<{ title: string; datasource: { uid: string }; targets: Array<{ expr: string }> }>;
+    };
+    const titles = dash.panels.map((p) => p.title);
+    for (const needed of ['Degraded nodes', 'Worst fold age', 'Fast path share', 'Credit on lease / allowance', 'Decisions by class (per second)']) expect(titles).to.include(needed);
+    const limiter = rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
+    try {
+      const exported = new Set([...(await limiter.metrics.metrics()).matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
+      for (const p of dash.panels) {
+        expect(p.datasource.uid, p.title).to.equal('prometheus');
+        for (const t of p.targets) {
+          for (const [name] of t.expr.matchAll(/fleet_ratelimit_[a-z_]+/g)) {
+            expect(exported.has(name.replace(/_bucket$/, '')), `${p.title} names ${name}`).to.equal(true);
+          }
+        }
+      }
+    } finally {
+      await limiter.close();
+    }
+  });
 });

@@ -40,7 +40,7 @@ function readsOf(path: string): Set<string> {
 describe('docker-compose.yml and the image (K2)', () => {
   it('has Redis with persistence, three gateways on distinct ports, the admin API and the worker', () => {
     const s = compose.services;
-    expect(Object.keys(s).sort()).to.deep.equal(['admin', 'gateway-1', 'gateway-2', 'gateway-3', 'prometheus', 'redis', 'worker']);
+    expect(Object.keys(s).sort()).to.deep.equal(['admin', 'gateway-1', 'gateway-2', 'gateway-3', 'grafana', 'prometheus', 'redis', 'worker']);
     expect(s.redis!.command).to.include('--appendonly');
     const hostPorts = Object.values(s).flatMap((x) => (x.ports ?? []).map((p) => p.split(':')[0]));
     expect(new Set(hostPorts).size).to.equal(hostPorts.length);
@@ -55,13 +55,13 @@ describe('docker-compose.yml and the image (K2)', () => {
         expect(compose.services, `${name} depends on ${dep}`).to.have.property(dep);
         expect(cond.condition, `${name} → ${dep}`).to.equal('service_healthy');
       }
-      if (name !== 'redis' && name !== 'prometheus') expect(svc.depends_on, `${name}.depends_on`).to.have.property('redis');
+      if (!['redis', 'prometheus', 'grafana'].includes(name)) expect(svc.depends_on, `${name}.depends_on`).to.have.property('redis');
     }
   });
 
   it('sets for each program exactly variables it reads, and every one it cannot start without', () => {
     for (const [name, svc] of Object.entries(compose.services)) {
-      if (name === 'redis' || name === 'prometheus') continue;
+      if (['redis', 'prometheus', 'grafana'].includes(name)) continue;
       const program = PROGRAMS[svc.command?.[1] ?? 'dist/demo/server.js'];
       expect(program, `${name} runs a known program`).to.not.equal(undefined);
       const reads = readsOf(program!.entry);
@@ -78,10 +78,10 @@ describe('docker-compose.yml and the image (K2)', () => {
       .filter((l) => /^[A-Z]/.test(l))
       .map((l) => l.split('=')[0]!);
     expect([...interpolated].sort()).to.deep.equal([...example].sort());
-    expect([...interpolated].sort()).to.deep.equal(['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'BUS_SECRET', 'KEY_HASH_SECRET']);
+    expect([...interpolated].sort()).to.deep.equal(['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'BUS_SECRET', 'GRAFANA_ADMIN_PASSWORD', 'KEY_HASH_SECRET']);
     // No secret is written into the compose file itself.
     for (const svc of Object.values(compose.services)) {
-      for (const [k, v] of Object.entries(svc.environment ?? {})) if (/SECRET|TOKEN/.test(k)) expect(v, k).to.match(/^\$\{/);
+      for (const [k, v] of Object.entries(svc.environment ?? {})) if (/SECRET|TOKEN|PASSWORD/.test(k)) expect(v, k).to.match(/^\$\{/);
     }
   });
 
@@ -101,5 +101,15 @@ describe('docker-compose.yml and the image (K2)', () => {
     expect(targets).to.deep.equal(['admin:3001', 'gateway-1:3000', 'gateway-2:3000', 'gateway-3:3000']);
     const mounts = compose.services.prometheus!.volumes ?? [];
     for (const file of prom.rule_files) expect(mounts.some((m) => m.split(':')[1] === file), file).to.equal(true);
+  });
+
+  it('provisions Grafana with Prometheus and the enforcement-health dashboard, mounted where the provisioning points', () => {
+    const mounts = compose.services.grafana!.volumes ?? [];
+    const provider = parse(read('deploy/grafana/provisioning/dashboards/dashboards.yml')) as { providers: Array<{ options: { path: string } }> };
+    const dashboardsDir = provider.providers[0]!.options.path;
+    expect(mounts.some((m) => m.split(':')[1] === dashboardsDir && read(`${m.split(':')[0]!.replace(/^\.\//, '')}/enforcement-health.json`).length > 0)).to.equal(true);
+    const ds = parse(read('deploy/grafana/provisioning/datasources/prometheus.yml')) as { datasources: Array<{ url: string; uid: string }> };
+    expect(ds.datasources[0]!.url).to.equal('http://prometheus:9090');
+    expect(compose.services.grafana!.depends_on).to.have.property('prometheus');
   });
 });
