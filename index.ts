@@ -9,6 +9,7 @@ export { Catalog } from './lib/catalog.js';
 export { ConfigError, PolicyError, RateLimiterError, ErrorCode } from './lib/errors.js';
 export { systemClock, FakeClock, type Clock } from './lib/clock.js';
 export { MemoryBus } from './bus/memory.js';
-export { RedisBus, type RedisConnectionOptions, type RedisBusStats } from './bus/redis.js';
+export { RedisBus, type RedisBusStats } from './bus/redis.js';
+export type { RedisConnectionOptions } from './bus/redis-connection.js';
 export type { BusSecretVersion } from './bus/codec.js';
 export type { Bus, CreditOwner } from './bus/types.js';

@@ -1,6 +1,6 @@
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
-import { connect } from '../bus/redis.js';
+import { connect } from '../bus/redis-connection.js';
 import { startWorker } from './jobs.js';
 
 /**

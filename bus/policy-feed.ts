@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CompiledPolicy } from '../lib/policy.js';
 import { PolicyStore } from './policy-store.js';
-import { connect, type RedisConnectionOptions } from './redis.js';
+import { connect, type RedisConnectionOptions } from './redis-connection.js';
 
 /** What a node does with what the feed brings. */
 export interface PolicyFeedTarget {

@@ -1,35 +1,13 @@
 import { readFileSync } from 'node:fs';
-import type { ConnectionOptions } from 'node:tls';
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { EnvelopeCodec, EnvelopeError, type BusSecretVersion, type Envelope, type EnvelopeFields, type RejectReason } from './codec.js';
+import { EnvelopeCodec, EnvelopeError, type Envelope, type EnvelopeFields, type RejectReason } from './codec.js';
+import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
-
-/** How to reach Redis, and the bus's shared settings. Part of `rateLimiter({ redis })`. */
-export interface RedisConnectionOptions {
-  /** `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. */
-  url?: string;
-  /** Seed nodes of a Redis Cluster (URLs); instead of `url`. */
-  clusterNodes?: string[];
-  /** ACL user and password (override those in the URL). */
-  username?: string;
-  password?: string;
-  /** TLS: `true` for the defaults, or Node TLS options (CA, client certificate, servername). */
-  tls?: boolean | ConnectionOptions;
-  /** Prefix of every key and channel. @default 'frl' */
-  prefix?: string;
-  /** Versioned secret that authenticates every bus entry (HMAC); the same on every node. */
-  busSecret: { versions: BusSecretVersion[]; current?: string };
-  /** How often an owner checkpoints a shard it owns, so the log behind it can be trimmed. @default 1000 */
-  snapshotMs?: number;
-  /** Cap on a shard stream's length, a safety net behind trimming by age. @default 100000 */
-  maxStreamLength?: number;
-}
 
 /** Settings the limiter adds from its own options. */
 export interface RedisBusOptions extends RedisConnectionOptions {
@@ -66,7 +44,7 @@ const CLAIM_EVERY_ROUNDS = 8;
 /** A blind takeover waits at most this many rounds for every member to report again. */
 const BLIND_MAX_ROUNDS = 20;
 
-type Client = Redis | Cluster;
+type Client = RedisClient;
 type StreamEntries = Array<[string, string[]]>;
 
 /** The table entry of one shard, in this process's monotonic time. */
@@ -993,27 +971,6 @@ interface ScriptCommands {
 
 /** What `lua/round.lua` returns. */
 type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
-
-/** An ioredis client (or Cluster client) for these connection options. */
-export function connect(o: Pick<RedisConnectionOptions, 'url' | 'clusterNodes' | 'username' | 'password' | 'tls'>, extra: RedisOptions): Client {
-  const tls = o.tls === true ? {} : o.tls === false ? undefined : o.tls;
-  const common: RedisOptions = {
-    ...(o.username !== undefined ? { username: o.username } : {}),
-    ...(o.password !== undefined ? { password: o.password } : {}),
-    ...(tls !== undefined ? { tls } : {}),
-    maxRetriesPerRequest: 1,
-    retryStrategy: (n: number) => Math.min(50 * n, 500),
-    ...extra,
-  };
-  if (o.clusterNodes !== undefined) {
-    const nodes = o.clusterNodes.map((u) => {
-      const url = new URL(u);
-      return { host: url.hostname, port: Number(url.port || 6379) };
-    });
-    return new Cluster(nodes, { redisOptions: common, enableAutoPipelining: extra.enableAutoPipelining ?? false, clusterRetryStrategy: (n: number) => Math.min(50 * n, 500) });
-  }
-  return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
-}
 
 function flatFields(f: EnvelopeFields): string[] {
   return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];

@@ -4,7 +4,7 @@ import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
 import { EnvelopeCodec } from '../bus/codec.js';
-import type { RedisConnectionOptions } from '../bus/redis.js';
+import type { RedisConnectionOptions } from '../bus/redis-connection.js';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { ConfigError, PolicyError, type Problem } from '../lib/errors.js';

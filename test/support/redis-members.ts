@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { joinFleet } from '../../bus/member.js';
-import { RedisBus, type RedisConnectionOptions } from '../../bus/redis.js';
+import type { RedisConnectionOptions } from '../../bus/redis-connection.js';
+import { RedisBus } from '../../bus/redis.js';
 import { systemClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
