@@ -23,8 +23,13 @@ export interface RedisBusOptions extends RedisConnectionOptions {
 const LEASE_ROUNDS = 10;
 /** Rounds without hearing an owner (or Redis) after which its shards are out of reach (F2 counts from then). */
 const REACH_ROUNDS = 3;
-/** Silence, in rounds, after which an owner holds a member's possible self-grant back (F4). */
-const SILENT_ROUNDS = 2;
+/**
+ * Silence, in rounds, after which an owner holds a member's possible self-grant back (F4). A member
+ * can self-grant only once it has counted the owner out of reach (REACH_ROUNDS after its own last
+ * round) and then missed two more rounds (F2): five rounds after its last heartbeat at the earliest.
+ * Four keeps a round's margin without holding back for every 50 ms stall of a busy process.
+ */
+const SILENT_ROUNDS = 4;
 /**
  * A member back from a silence stays "unsettled" (its possible self-grant held back) this many rounds:
  * its reports, skipped while it was cut off, land a round or two after its heartbeat does.
@@ -450,7 +455,7 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Members whose boundary self-grant the owner may not have seen: silent two rounds or more (as of
+   * Members whose boundary self-grant the owner may not have seen: silent `SILENT_ROUNDS` or more (as of
    * now, so a freeze of Redis counts), or back from a silence less than `REJOIN_ROUNDS` ago.
    */
   private unsettled(): string[] {
