@@ -5,11 +5,11 @@ import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
-import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
+import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
-import { BUS_SECRET, until } from '../support/redis-members.js';
+import { redisLimiter, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
 const GLASS = 'break-glass-token-0123456789';
@@ -130,14 +130,7 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
 
   it('a running node takes a policy change and the kill switch without a restart; a bad policy never reaches it', async () => {
     const logs = captureLogger();
-    const limiter = rateLimiter({
-      policy: demoPolicy(),
-      identify: () => ({ principal: RAW_KEY, tenant: 'acme' }),
-      keyHash: TEST_KEY_HASH,
-      nodeId: 'live-node',
-      logger: logs.logger,
-      redis: { url: redis.url, prefix, busSecret: BUS_SECRET },
-    });
+    const limiter = redisLimiter(redis.url, prefix, 'live-node', RAW_KEY, { logger: logs.logger });
     limiters.push(limiter);
     await limiter.ready();
     const someone = new KeyHasher(TEST_KEY_HASH.versions).hash('someone');
@@ -173,15 +166,7 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
   });
 
   it('health shows every live node, each shard’s owner and owner epoch, the policy version and the switch', async () => {
-    const limiter = rateLimiter({
-      policy: demoPolicy(),
-      identify: () => ({ principal: 'health-check-key', tenant: 'acme' }),
-      keyHash: TEST_KEY_HASH,
-      nodeId: 'health-node',
-      shards: 8,
-      logger: captureLogger().logger,
-      redis: { url: redis.url, prefix, busSecret: BUS_SECRET },
-    });
+    const limiter = redisLimiter(redis.url, prefix, 'health-node', 'health-check-key', { shards: 8 });
     limiters.push(limiter);
     await limiter.ready();
     await putPolicy(demoPolicy(), 'health check policy');

@@ -7,11 +7,10 @@ import { AUDIT_RETENTION_MS, EVENTS_RETENTION_MS, reap, retention, startWorker }
 import { EventLog, type LimitEvent } from '../../bus/events.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
-import { rateLimiter } from '../../middleware/rate-limiter.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
-import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
+import { TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
-import { BUS_SECRET, SHARDS, until } from '../support/redis-members.js';
+import { redisLimiter, SHARDS, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
 const hasher = new KeyHasher(TEST_KEY_HASH.versions);
@@ -87,14 +86,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   });
 
   it('a node records every 429 as a limit event (key id, window, class, correlation id; never the raw key), off the request path', async () => {
-    const limiter = rateLimiter({
-      policy: demoPolicy(),
-      identify: () => ({ principal: 'sk_live_customer_one', tenant: 'acme' }),
-      keyHash: TEST_KEY_HASH,
-      nodeId: 'events-node',
-      logger: captureLogger().logger,
-      redis: { url: redis.url, prefix, busSecret: BUS_SECRET },
-    });
+    const limiter = redisLimiter(redis.url, prefix, 'events-node', 'sk_live_customer_one');
     cleanup.push(() => limiter.close());
     await limiter.ready();
     const app = express().use(limiter).use((_req, res) => {

@@ -7,6 +7,10 @@ import { systemClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
+import type { RateLimiterOptions } from '../../middleware/options.js';
+import { demoPolicy, TEST_KEY_HASH } from './fixtures.js';
+import { captureLogger } from './logs.js';
 
 export const BUS_SECRET = { versions: [{ version: 'b1', secret: 'integration-bus-secret' }] };
 export const SHARDS = 8;
@@ -72,4 +76,20 @@ export function limits(limit: number, windowMs = 60_000): ResolvedLimits {
 /** A plain client for poking at the bus's keys. */
 export function client(url: string): Redis {
   return new Redis(url, { maxRetriesPerRequest: 1 });
+}
+
+/**
+ * A limiter on the demo policy that joins the Redis at `url` under `prefix` as `nodeId`, every request
+ * from `principal` (tenant acme); `extra` overrides any option.
+ */
+export function redisLimiter(url: string, prefix: string, nodeId: string, principal: string, extra: Partial<RateLimiterOptions> = {}): RateLimiterMiddleware {
+  return rateLimiter({
+    policy: demoPolicy(),
+    identify: () => ({ principal, tenant: 'acme' }),
+    keyHash: TEST_KEY_HASH,
+    nodeId,
+    logger: captureLogger().logger,
+    redis: { url, prefix, busSecret: BUS_SECRET },
+    ...extra,
+  });
 }
