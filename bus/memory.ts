@@ -2,6 +2,7 @@ import type { Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
+import { presentAt, rejoining, seen, unsettled, withinReach, type Presence } from '../lib/membership.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
@@ -57,9 +58,10 @@ export class MemoryBus implements Bus {
   private readonly owners = new Map<string, CreditOwner>();
   private readonly ownerOfShard: string[] = [];
   private readonly epochs: number[] = [];
-  /** lastHeard.get(owner).get(node): monotonic ms of the last heartbeat that reached the owner. */
-  private readonly lastHeard = new Map<string, Map<string, number>>();
-  private readonly rejoinedAt = new Map<string, Map<string, number>>();
+  /** presence.get(owner).get(node): what the owner knows of the node's heartbeats (`lib/membership.ts`). */
+  private readonly presence = new Map<string, Map<string, Presence>>();
+  /** reach.get(node).get(owner): monotonic ms of the node's last round that reached the owner. */
+  private readonly reach = new Map<string, Map<string, number>>();
   private readonly logs: Array<Array<{ at: number; entry: LogEntry }>> = [];
   private closed = false;
   /** Counters for the simulator: fast paths that missed the deadline, messages sent, lost. */
@@ -70,7 +72,8 @@ export class MemoryBus implements Bus {
   connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink {
     this.nodes.set(node.nodeId, { epoch: node.nodeEpoch, deliver: onMessage });
     const now = this.opts.clock.monotonic();
-    for (const heard of this.lastHeard.values()) if (!heard.has(node.nodeId)) heard.set(node.nodeId, now);
+    for (const heard of this.presence.values()) if (!heard.has(node.nodeId)) heard.set(node.nodeId, presentAt(now));
+    this.reach.set(node.nodeId, new Map([...this.presence.keys()].map((o) => [o, now])));
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(node, requests, deadlineMs),
       // Sent is sent: what the simulated network loses, the node never learns.
@@ -87,34 +90,24 @@ export class MemoryBus implements Bus {
   serveOwner(node: NodeIdentity, owner: CreditOwner): void {
     this.owners.set(node.nodeId, owner);
     const now = this.opts.clock.monotonic();
-    if (!this.lastHeard.has(node.nodeId)) {
-      this.lastHeard.set(node.nodeId, new Map([...this.nodes.keys()].map((n) => [n, now])));
-      this.rejoinedAt.set(node.nodeId, new Map());
+    if (!this.presence.has(node.nodeId)) {
+      this.presence.set(node.nodeId, new Map([...this.nodes.keys()].map((n) => [n, presentAt(now)])));
+      for (const r of this.reach.values()) r.set(node.nodeId, now);
     }
     this.assignShards(node.nodeId);
   }
 
   fleetView(node: NodeIdentity): FleetView {
-    const silenceMs = 2 * this.opts.roundMs;
+    const roundMs = this.opts.roundMs;
     return {
       size: () => this.fleetSize(),
       unsettled: () => {
-        const heard = this.lastHeard.get(node.nodeId);
-        if (heard === undefined) return [];
         const now = this.opts.clock.monotonic();
-        const rejoined = this.rejoinedAt.get(node.nodeId)!;
         const out: string[] = [];
-        for (const [n, at] of heard) {
-          if (n === node.nodeId) continue;
-          const back = rejoined.get(n);
-          if (at <= now - silenceMs || (back !== undefined && now - back < this.opts.roundMs)) out.push(n);
-        }
+        for (const [n, p] of this.presence.get(node.nodeId) ?? []) if (n !== node.nodeId && unsettled(p, now, roundMs)) out.push(n);
         return out;
       },
-      rejoining: (nodeId) => {
-        const at = this.rejoinedAt.get(node.nodeId)?.get(nodeId);
-        return at !== undefined && this.opts.clock.monotonic() - at < this.opts.roundMs;
-      },
+      rejoining: (nodeId) => rejoining(this.presence.get(node.nodeId)?.get(nodeId), this.opts.clock.monotonic(), roundMs),
     };
   }
 
@@ -151,10 +144,13 @@ export class MemoryBus implements Bus {
     for (const [id, entries] of replay) if (entries.length) this.owners.get(id)!.replay(entries);
   }
 
+  /** As over Redis: an owner is in reach while the node's rounds have reached it lately. */
   private reachable(from: string, shard: number): boolean {
     const owner = this.ownerOfShard[shard];
     if (this.closed || owner === undefined) return false;
-    return owner === from || !this.opts.faults?.blocked(from, owner);
+    if (owner === from) return true;
+    const at = this.reach.get(from)?.get(owner);
+    return at !== undefined && withinReach(at, this.opts.clock.monotonic(), this.opts.roundMs);
   }
 
   private requestCredit(node: NodeIdentity, requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined {
@@ -227,23 +223,26 @@ export class MemoryBus implements Bus {
     else this.schedule(node.nodeId, ownerId, deliver);
   }
 
-  /** A node's round is its heartbeat to every owner it can reach. */
+  /** A node's round is its heartbeat to every owner it can reach, and its sign that they are reachable. */
   private heartbeat(nodeId: string): void {
     if (this.closed) return;
-    for (const ownerId of this.lastHeard.keys()) {
-      if (ownerId === nodeId || !this.opts.faults?.blocked(nodeId, ownerId)) this.heard(ownerId, nodeId);
+    const now = this.opts.clock.monotonic();
+    const reach = this.reach.get(nodeId);
+    for (const ownerId of this.presence.keys()) {
+      if (ownerId !== nodeId && this.opts.faults?.blocked(nodeId, ownerId)) continue;
+      this.heard(ownerId, nodeId);
+      reach?.set(ownerId, now);
     }
   }
 
-  /** Owner `ownerId` hears from `nodeId`; after two silent rounds that is a return (L5). */
+  /** Owner `ownerId` hears from `nodeId`; after a silence that is a return (L5, `lib/membership.ts`). */
   private heard(ownerId: string, nodeId: string): void {
-    const heard = this.lastHeard.get(ownerId);
-    if (heard === undefined) return;
+    const heard = this.presence.get(ownerId);
+    if (heard === undefined || ownerId === nodeId) return;
     const now = this.opts.clock.monotonic();
-    const prev = heard.get(nodeId);
-    // An owner's own node is never "absent" from it: same process.
-    if (ownerId !== nodeId && prev !== undefined && now - prev >= 2 * this.opts.roundMs) this.rejoinedAt.get(ownerId)!.set(nodeId, now);
-    heard.set(nodeId, now);
+    const p = heard.get(nodeId);
+    if (p === undefined) heard.set(nodeId, presentAt(now));
+    else seen(p, now, this.opts.roundMs);
   }
 
   /** Sends an owner's message to its node; grants also go to the shard's log. */

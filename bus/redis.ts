@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
+import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, unsettled, withinReach, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
 import { EnvelopeCodec, EnvelopeError, type Envelope, type EnvelopeFields, type RejectReason } from './codec.js';
@@ -21,20 +22,6 @@ export interface RedisBusOptions extends RedisConnectionOptions {
 
 /** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
 const LEASE_ROUNDS = 10;
-/** Rounds without hearing an owner (or Redis) after which its shards are out of reach (F2 counts from then). */
-const REACH_ROUNDS = 3;
-/**
- * Silence, in rounds, after which an owner holds a member's possible self-grant back (F4). A member
- * can self-grant only once it has counted the owner out of reach (REACH_ROUNDS after its own last
- * round) and then missed two more rounds (F2): five rounds after its last heartbeat at the earliest.
- * Four keeps a round's margin without holding back for every 50 ms stall of a busy process.
- */
-const SILENT_ROUNDS = 4;
-/**
- * A member back from a silence stays "unsettled" (its possible self-grant held back) this many rounds:
- * its reports, skipped while it was cut off, land a round or two after its heartbeat does.
- */
-const REJOIN_ROUNDS = 4;
 /** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
 const BLIND_SETTLE_ROUNDS = 9;
 const GROUP = 'owners';
@@ -79,10 +66,8 @@ interface Owned {
   lastRead: string;
 }
 
-interface Member {
-  lastSeen: number;
+interface Member extends Presence {
   epoch: string;
-  rejoinedAt: number;
 }
 
 /** Fast-path asks to several owners for one request: settled when all answered or at the deadline. */
@@ -229,7 +214,7 @@ export class RedisBus implements Bus {
     return {
       size: () => Math.max(1, this.members.size),
       unsettled: () => this.unsettled(),
-      rejoining: (nodeId) => this.clock.monotonic() - (this.members.get(nodeId)?.rejoinedAt ?? Number.NEGATIVE_INFINITY) < roundMs,
+      rejoining: (nodeId) => rejoining(this.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
 
@@ -388,12 +373,11 @@ export class RedisBus implements Bus {
       const epoch = flatMembers[i + 2]!;
       seen.add(id);
       const m = this.members.get(id);
-      if (m === undefined) this.members.set(id, { lastSeen, epoch, rejoinedAt: Number.NEGATIVE_INFINITY });
+      if (m === undefined) this.members.set(id, { ...presentAt(lastSeen), epoch });
       else {
-        // Back after two silent rounds: withheld a round (L5), it may have granted itself credit (F4).
-        // A new member, or a new process under the same name, has none: it starts at zero (L6).
-        if (lastSeen - m.lastSeen >= SILENT_ROUNDS * roundMs && m.epoch === epoch) m.rejoinedAt = got;
-        m.lastSeen = Math.max(m.lastSeen, lastSeen);
+        // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
+        // process under the same name has none: it starts at zero (L6).
+        heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
         m.epoch = epoch;
       }
     }
@@ -455,15 +439,15 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Members whose boundary self-grant the owner may not have seen: silent `SILENT_ROUNDS` or more (as of
-   * now, so a freeze of Redis counts), or back from a silence less than `REJOIN_ROUNDS` ago.
+   * Members whose boundary self-grant the owner may not have seen (`lib/membership.ts`), as of now, so a
+   * freeze of Redis counts.
    */
   private unsettled(): string[] {
     const mono = this.clock.monotonic();
     const roundMs = this.opts.roundMs;
     const out: string[] = [];
     for (const [id, m] of this.members) {
-      if (id !== this.identity?.nodeId && (mono - m.lastSeen >= SILENT_ROUNDS * roundMs || mono - m.rejoinedAt < REJOIN_ROUNDS * roundMs)) out.push(id);
+      if (id !== this.identity?.nodeId && unsettled(m, mono, roundMs)) out.push(id);
     }
     return out;
   }
@@ -504,7 +488,7 @@ export class RedisBus implements Bus {
     const mono = this.clock.monotonic();
     // Out of touch with Redis, an owner stops too: it could not log what it grants, and its peers
     // already count it as out of reach.
-    return o !== undefined && o.state === 'ready' && mono < o.validUntil && mono - this.lastRoundOk < REACH_ROUNDS * this.opts.roundMs;
+    return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.lastRoundOk, mono, this.opts.roundMs);
   }
 
   private reachable(shard: number): boolean {
@@ -515,8 +499,8 @@ export class RedisBus implements Bus {
     // The owner's process must still be the one heard from: a restarted node does not answer for
     // shards its previous process held.
     const m = this.members.get(o.owner);
-    const reach = REACH_ROUNDS * this.opts.roundMs;
-    return mono - this.lastRoundOk < reach && m !== undefined && m.epoch === o.ownerProcess && mono - m.lastSeen < reach && mono < o.expiresAt;
+    const roundMs = this.opts.roundMs;
+    return withinReach(this.lastRoundOk, mono, roundMs) && m !== undefined && m.epoch === o.ownerProcess && withinReach(m.lastSeen, mono, roundMs) && mono < o.expiresAt;
   }
 
   /**
@@ -766,7 +750,7 @@ export class RedisBus implements Bus {
    */
   private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): boolean {
     const mono = this.clock.monotonic();
-    if (droppable && (mono - this.lastRoundOk > REACH_ROUNDS * this.opts.roundMs || this.inflight > 4 * this.opts.shards)) return false;
+    if (droppable && (!withinReach(this.lastRoundOk, mono, this.opts.roundMs) || this.inflight > 4 * this.opts.shards)) return false;
     this.inflight++;
     conn
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))

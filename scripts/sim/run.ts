@@ -20,7 +20,12 @@ export interface SimOptions {
   readonly shards: number;
 }
 
-/** What one run measured. Percentages are of the allowance summed over the evaluated windows. */
+/**
+ * What one run measured, over every complete window of an evaluated key after the warm-up:
+ * overPct = Σ max(0, admitted − allowance) / Σ allowance; underPct = Σ max(0, min(offered, allowance) −
+ * admitted) / Σ min(offered, allowance); falseDenialPct = requests denied in windows whose offered
+ * count was within the allowance, over the requests offered in those windows.
+ */
 export interface SimResult {
   scenario: string;
   nodes: number;
@@ -32,6 +37,7 @@ export interface SimResult {
   admitted: number;
   overPct: number;
   underPct: number;
+  falseDenialPct: number;
   fastPathPct: number;
   fastPathRttP50Ms: number | null;
   fastPathRttP99Ms: number | null;
@@ -133,19 +139,26 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   const pickNode = (t: KeyTraffic): number => {
     if (t.pinnedNode !== undefined && !drained.has(t.pinnedNode)) return t.pinnedNode;
     for (;;) {
-      const n = Math.floor(random() * opts.nodes);
+      const n = t.nodeWeights === undefined ? Math.floor(random() * opts.nodes) : weighted(t.nodeWeights, random());
       if (!drained.has(n)) return n;
     }
   };
   traffic.forEach((t, k) => {
+    // A ramp is Poisson at twice the rate, thinned by where in its ramp the request falls.
+    const rate = t.rampMs === undefined ? t.rate : 2 * t.rate;
     const arrive = (): void => {
       const now = clock.now();
+      if (t.life !== undefined && now >= START + t.life.toMs) return;
       if (t.burst !== undefined) {
         const into = (((now - START - t.burst.phaseMs) % t.burst.periodMs) + t.burst.periodMs) % t.burst.periodMs;
         if (into >= t.burst.onMs) {
           queue.after(t.burst.periodMs - into, arrive);
           return;
         }
+      }
+      if (t.rampMs !== undefined && random() >= ((now - START) % t.rampMs) / t.rampMs) {
+        queue.after(nextArrival(random, rate), arrive);
+        return;
       }
       const wid = windowIdAt(now, opts.windowMs, offsets[k]!);
       let c = counts[k]!.get(wid);
@@ -160,9 +173,9 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
         if ((err as Error).name === 'InvariantViolation') invariantViolations++;
         else throw err;
       }
-      queue.after(nextArrival(random, t.rate), arrive);
+      queue.after(nextArrival(random, rate), arrive);
     };
-    queue.after(nextArrival(random, t.rate), arrive);
+    queue.after((t.life?.fromMs ?? 0) + nextArrival(random, rate), arrive);
   });
 
   // Outstanding credit, sampled each round for the evaluated keys: admitted so far in the key's
@@ -198,8 +211,11 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   let admitted = 0;
   let over = 0;
   let under = 0;
+  let within = 0;
   let windows = 0;
   let evalOffered = 0;
+  let fairOffered = 0;
+  let falseDenied = 0;
   for (const k of evaluated) {
     for (const [wid, c] of counts[k]!) {
       const start = windowStartMs(wid, opts.windowMs, offsets[k]!);
@@ -211,6 +227,11 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       evalOffered += c.offered;
       over += Math.max(0, c.admitted - limit);
       under += Math.max(0, Math.min(c.offered, limit) - c.admitted);
+      within += Math.min(c.offered, limit);
+      if (c.offered <= limit) {
+        fairOffered += c.offered;
+        falseDenied += c.offered - c.admitted;
+      }
     }
   }
   const all = [...members, ...retired];
@@ -227,7 +248,8 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     offered: evalOffered,
     admitted,
     overPct: pct((100 * over) / Math.max(1, allowance)),
-    underPct: pct((100 * under) / Math.max(1, allowance)),
+    underPct: pct((100 * under) / Math.max(1, within)),
+    falseDenialPct: pct((100 * falseDenied) / Math.max(1, fairOffered)),
     fastPathPct: pct((100 * (fastPath - fastPathAtWarmup)) / Math.max(1, offered - offeredAtWarmup)),
     fastPathRttP50Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.5)]!) : null,
     fastPathRttP99Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.99)]!) : null,
@@ -236,6 +258,18 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     messagesPerNodePerSec: Math.round(bus.stats.messages / opts.nodes / (opts.durationMs / 1000)),
     invariantViolations,
   };
+}
+
+/** Index of the first cumulative weight above `u`. */
+function weighted(cumulative: readonly number[], u: number): number {
+  let lo = 0;
+  let hi = cumulative.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (cumulative[mid]! > u) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 /** One single-window plan per distinct limit, resolved once. */

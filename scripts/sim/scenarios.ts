@@ -5,8 +5,14 @@ export interface KeyTraffic {
   readonly rate: number;
   /** Every request of the key lands on this node (connection pinning); otherwise a random node. */
   readonly pinnedNode?: number;
+  /** Otherwise node i gets a request with probability weights[i] − weights[i−1] (cumulative weights, a skew). */
+  readonly nodeWeights?: readonly number[];
   /** On/off traffic: sends for `onMs` out of every `periodMs`, starting at `phaseMs`. */
   readonly burst?: { readonly onMs: number; readonly periodMs: number; readonly phaseMs: number };
+  /** Ramping traffic: the rate climbs from 0 to twice `rate` over every `rampMs` (mean `rate`), then drops back. */
+  readonly rampMs?: number;
+  /** Sends only in [fromMs, toMs) of the run: a key that comes and goes (churn). */
+  readonly life?: { readonly fromMs: number; readonly toMs: number };
   /** Counted in the accuracy figures (the hot-key scenario counts only the hot key). */
   readonly evaluated: boolean;
 }
