@@ -6,8 +6,6 @@ import type { Bus } from './types.js';
 
 /** Protocol settings of one fleet member (the spec's defaults live in the middleware's options). */
 export type MemberSettings = Omit<LeaseNodeConfig, 'demandRounds' | 'missedRoundsLimit'> & {
-  /** Headroom h on advertised demand. */
-  readonly headroom: number;
   /** Reserve R as a fraction of each window's allowance. */
   readonly reserveRatio: number;
 };
@@ -35,6 +33,7 @@ export function joinFleet(bus: Bus, s: MemberSettings, clock: Clock): { node: Le
     ownerEpoch: (shard) => bus.ownerEpoch(shard),
     shardOf: (keyId, windowId) => shardOf(keyId, windowId, s.shards),
     headroom: s.headroom,
+    demandRounds: DEMAND_ROUNDS,
     reserveRatio: s.reserveRatio,
     roundMs: s.roundMs,
     fleet: bus.fleetView(identity),

@@ -84,6 +84,7 @@ export class MemoryBus implements Bus {
       heartbeat: () => this.heartbeat(node.nodeId),
       reachable: (shard) => this.reachable(node.nodeId, shard),
       fleetSize: () => this.fleetSize(),
+      local: (shard) => this.opts.scheduler === undefined || this.ownerOfShard[shard] === node.nodeId,
     };
   }
 

@@ -200,6 +200,7 @@ export class RedisBus implements Bus {
       publish: (batch) => this.publish(batch),
       heartbeat: () => this.round(),
       reachable: (shard) => this.reachable(shard),
+      local: (shard) => this.mine(shard) && this.serving(shard),
       fleetSize: () => (this.hadTable ? Math.max(1, this.members.size) : Number.MAX_SAFE_INTEGER),
     };
   }

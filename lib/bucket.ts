@@ -1,8 +1,6 @@
 /** Why a bucket stopped asking its owner (a small integer, so the bucket stays compact). */
 export const enum Exhaustion {
   None = 0,
-  /** The owner answered a fast path with nothing (it may only be holding back for a round). */
-  Dry = 1,
   /** The owner said the window has nothing left for this lease. */
   Spent = 2,
 }
@@ -40,11 +38,11 @@ export class Bucket {
   rate256 = 0;
   /** Last round in which the bucket was reported with requests. */
   reportedRound = -1;
-  /** Round in which the fast path was last taken (at most once per round). */
+  /** No remote fast path before the round after this one (an ask unanswered or answered with nothing, D2). */
   fastRound = -1;
   /**
-   * No fast path until a later grant arrives: the owner's answer was nothing (`Exhaustion.Dry`), or it
-   * said this window has nothing left for us (`Exhaustion.Spent`, which names the window in denials).
+   * No fast path until a later grant arrives: the owner said this window has nothing left for us
+   * (`Exhaustion.Spent`, which names the window in denials).
    */
   exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */

@@ -1,6 +1,7 @@
 import type { Clock } from './clock.js';
 import { ErrorCode, RateLimiterError } from './errors.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
+import { leaseTarget } from './lease-size.js';
 import type { LogEntry } from './protocol/log.js';
 import { phaseOffset, windowEndMs } from './window.js';
 
@@ -24,6 +25,8 @@ export interface FoldOwnerConfig {
   readonly shardOf: (keyId: string, windowId: number) => number;
   /** Headroom h applied to advertised demand. */
   readonly headroom: number;
+  /** Rounds of requests a node's advertised demand covers. */
+  readonly demandRounds: number;
   /** Reserve R as a fraction of the allowance, released once per key per window, fast path only. */
   readonly reserveRatio: number;
   /** Round length T; ledgers live until window end + 2 rounds; pre-grants start 2 rounds before the end. */
@@ -59,9 +62,17 @@ interface Ledger {
   readonly windowEnd: number;
   allowance: number;
   reserveReleased: boolean;
+  /** Leases were told the window has nothing left; when released credit comes back they are told so. */
+  announced: boolean;
   /** Few per ledger (one per node epoch and bucket life): an array beats a Map here. */
   leases: Lease[];
 }
+
+/**
+ * demand × h at or above which a lease is busy — about a request a round or more — and is always
+ * topped up to demand × h whatever the room: it will spend that within the next rounds.
+ */
+const BUSY = 4;
 
 /** Thrown if a grant would break sum(committed) ≤ allowance (L2); it must be unreachable. */
 export class InvariantViolation extends RateLimiterError {
@@ -76,6 +87,8 @@ export interface FoldOwnerStats {
   preGrants: number;
   recalls: number;
   exhaustedNotices: number;
+  /** Leases told that a window announced exhausted has credit again. */
+  refills: number;
   withheld: number;
   reportsMerged: number;
   reportsStale: number;
@@ -97,7 +110,7 @@ export class FoldOwner {
   private outbox: OwnerMessage[] = [];
   /** When each node's self_grant flag was first seen in the current episode (F4). */
   private readonly selfGrantSeen = new Map<string, number>();
-  readonly stats: FoldOwnerStats = { grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, withheld: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
+  readonly stats: FoldOwnerStats = { grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, refills: 0, withheld: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
 
   constructor(private readonly cfg: FoldOwnerConfig) {}
 
@@ -108,20 +121,18 @@ export class FoldOwner {
     this.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
     if (this.withheld(req.nodeId)) return undefined;
-    const pool = this.available(ledger, false);
-    // A node that has to ask gets at least its fair share of what is left, so a fleet of one (or a
-    // key pinned to one node) is not held to demand-sized sips, one ask per round. What the lease
-    // already holds counts (a grant may be in flight): a repeated request adds nothing.
-    const share = Math.ceil(pool / Math.max(1, this.cfg.fleet.size()));
-    const want = Math.max(req.need, Math.ceil(req.demand * this.cfg.headroom), share) - Math.max(0, held(lease));
+    // What the request needs, or its node's demand for the next rounds if more: a node that sees the
+    // key rarely gets exactly what it needs, so no credit strands where requests seldom come. What
+    // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
+    const want = Math.max(req.need, this.target(ledger, req.demand)) - Math.max(0, held(lease));
     if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
-    let amount = Math.min(want, pool);
+    let amount = this.ration(ledger, lease, want, req.need, this.available(ledger, false));
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
       if (reserve > 0) {
         ledger.reserveReleased = true;
         this.stats.reserveReleases++;
-        amount = Math.min(want, this.available(ledger, true));
+        amount = this.ration(ledger, lease, want, req.need, this.available(ledger, true));
       }
     }
     if (amount < req.need) this.recall(ledger, lease);
@@ -138,17 +149,25 @@ export class FoldOwner {
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
       if (r.demand <= 0 || this.withheld(batch.nodeId)) continue;
-      const target = Math.ceil(r.demand * this.cfg.headroom);
+      const target = this.target(ledger, r.demand);
       // A report for a window that has not started is a node asking ahead of its rollover: the grant
       // lands as the next window's credit, so busy keys never start a window on the fast path.
       if (held(lease) < target) {
-        const amount = Math.min(target - held(lease), this.available(ledger, false));
+        // A top-up is not rationed — it is demand-sized already (`lib/lease-size.ts`), and rationing
+        // it would turn every shortfall into fast-path asks — but beyond a busy lease's own demand ×
+        // h, leases together never hold more than half of what the window has left: the other half
+        // stays with the owner for the nodes that ask, whatever the demand estimates got wrong.
+        const pool = this.available(ledger, false);
+        const base = Math.floor(r.demand * this.cfg.headroom);
+        const own = base >= BUSY ? base - held(lease) : 0;
+        const amount = Math.min(target - held(lease), pool, Math.max(own, this.room(ledger)));
         if (amount > 0) {
           this.outbox.push(this.issue(ledger, lease, amount));
           this.announceExhausted(ledger);
           if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
-        } else this.recall(ledger, lease);
+        } else if (pool <= 0) this.recall(ledger, lease);
       }
+      this.announceRefilled(ledger);
     }
     return this.takeOutbox();
   }
@@ -245,6 +264,15 @@ export class FoldOwner {
     return l === undefined ? 0 : committed(l);
   }
 
+  /**
+   * Credit of a (key, window) not yet committed to any lease: what this owner could still issue (the
+   * reserve included); 0 without a ledger here (the window's owner is elsewhere, or nobody asked).
+   */
+  unissued(keyId: string, windowMs: number, windowId: number): number {
+    const l = this.find(keyId, windowMs, windowId);
+    return l === undefined ? 0 : Math.max(0, l.allowance - committed(l));
+  }
+
   /** Credit issued by this owner for a (key, window). */
   issued(keyId: string, windowMs: number, windowId: number): number {
     let sum = 0;
@@ -282,6 +310,36 @@ export class FoldOwner {
   /** Number of ledgers held. */
   get size(): number {
     return this.ledgerCount;
+  }
+
+  /** Credit a lease of `l` should hold for `demand` (`lib/lease-size.ts`). */
+  private target(l: Ledger, demand: number): number {
+    return leaseTarget(demand, (l.windowEnd - this.cfg.clock.now()) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
+  }
+
+  /** What leases may still take by top-ups: half of what the window has not spent, less what they hold. */
+  private room(l: Ledger): number {
+    let unspent = l.allowance;
+    let out = 0;
+    for (const x of l.leases) {
+      unspent -= x.spent;
+      out += Math.max(0, held(x));
+    }
+    return Math.max(0, Math.floor(unspent / 2) - out);
+  }
+
+  /**
+   * How much of `pool` an asking lease wanting `want` gets. While the pool covers what every lease of
+   * the window wants, all of it; when it does not, a share in proportion to the want — but at least
+   * the waiting request's `need` — so the last credit of a window goes where requests are and none
+   * strands on the node that happened to ask first.
+   */
+  private ration(l: Ledger, lease: Lease, want: number, need: number, pool: number): number {
+    if (want <= 0 || pool <= 0) return 0;
+    let wants = want;
+    for (const x of l.leases) if (x !== lease) wants += Math.max(0, this.target(l, x.demand) - held(x));
+    if (wants <= pool) return Math.min(want, pool);
+    return Math.min(pool, want, Math.max(need, Math.floor((pool * want) / wants)));
   }
 
   private withheld(nodeId: string): boolean {
@@ -345,12 +403,29 @@ export class FoldOwner {
    */
   private announceExhausted(l: Ledger): void {
     if (this.available(l, true) > 0) return;
+    l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {
       if (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt) continue;
       lease.exhaustedAt = round;
       this.outbox.push(this.adjust(l, lease, -1, true));
       this.stats.exhaustedNotices++;
+    }
+  }
+
+  /**
+   * Credit came back after the window was announced exhausted (a node gave back what it stopped
+   * using): the leases told so may ask again, or requests under the limit would be refused while the
+   * pool has credit. Sent as an adjustment that neither recalls nor exhausts (keep −1, not exhausted).
+   */
+  private announceRefilled(l: Ledger): void {
+    if (!l.announced || this.available(l, true) <= 0) return;
+    l.announced = false;
+    for (const lease of l.leases) {
+      if (lease.exhaustedAt < 0 || lease.exhaustedAt < lease.grantedAt) continue;
+      lease.exhaustedAt = -1;
+      this.outbox.push(this.adjust(l, lease, -1, false));
+      this.stats.refills++;
     }
   }
 
@@ -409,8 +484,9 @@ export class FoldOwner {
     for (const node of this.cfg.fleet.unsettled()) {
       if (!l.leases.some((lease) => lease.nodeId === node)) holdback += Math.ceil(l.allowance / fleet);
     }
-    // Credit already committed into the reserve (seen on replay) means the reserve is gone.
-    if (committed(l) > l.allowance - this.reserveOf(l)) l.reserveReleased = true;
+    // Credit already committed into the reserve (seen on replay) means the reserve is gone; in the
+    // window's last two rounds it is released to anyone, since no later fast path is left to keep it for.
+    if (committed(l) > l.allowance - this.reserveOf(l) || l.windowEnd - this.cfg.clock.now() <= 2 * this.cfg.roundMs) l.reserveReleased = true;
     const reserve = withReserve || l.reserveReleased ? 0 : this.reserveOf(l);
     return Math.max(0, l.allowance - reserve - committed(l) - holdback);
   }
@@ -429,7 +505,7 @@ export class FoldOwner {
     let l = this.find(keyId, windowMs, windowId);
     if (l === undefined) {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
-      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, leases: [] };
+      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, announced: false, leases: [] };
       const list = this.ledgers.get(keyId);
       if (list === undefined) this.ledgers.set(keyId, [l]);
       else list.push(l);

@@ -1,6 +1,7 @@
 import { Exhaustion, type Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
+import { leaseTarget } from './lease-size.js';
 import type { ResolvedLimits } from './policy.js';
 import { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
 import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
@@ -152,10 +153,14 @@ export class LeaseNode {
       const s = this.buckets.peek(a.keyId);
       if (s !== undefined) this.touch(s);
     }
-    // Exhausted: when what is held runs out, deny without asking (until a later grant).
+    // Exhausted: when what is held runs out, deny without asking (until a later grant, or until the
+    // owner says credit came back: neither a recall nor exhausted).
     if (a.exhausted && a.grantSeq >= b.exhaustedSeq && a.grantSeq >= b.grantSeq) {
       b.exhausted = Exhaustion.Spent;
       b.exhaustedSeq = a.grantSeq;
+    } else if (!a.exhausted && a.keep < 0 && a.grantSeq >= b.exhaustedSeq) {
+      b.exhausted = Exhaustion.None;
+      b.fastRound = -1;
     }
     this.stats.adjustsApplied++;
     return true;
@@ -203,7 +208,10 @@ export class LeaseNode {
         const b = s.buckets[i] as Bucket;
         const w = windows[i]!;
         const idle = b.roundDemand === 0 && !b.dirty;
-        b.rate256 = (b.rate256 + b.roundDemand * 256) >> 1;
+        // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
+        // a lull of a few rounds is not the end of a key's traffic on this node.
+        b.rate256 += (b.roundDemand * 256 - b.rate256) >> 4;
+        this.shed(b, now);
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
         if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) continue;
         keep = true;
@@ -359,13 +367,53 @@ export class LeaseNode {
     return ADMITTED;
   }
 
+  /**
+   * Requests this bucket expects over the next `demandRounds`, from its smoothed rate. A key this node
+   * sees less than about once a round asks for what each request needs and holds no lease here
+   * (`lib/lease-size.ts`); a busy key new to this node asks per request until its rate shows.
+   */
   private demandOf(b: Bucket): number {
-    return Math.max(b.roundDemand, b.rate256 / 256) * this.cfg.demandRounds;
+    return (b.rate256 / 256) * this.cfg.demandRounds;
+  }
+
+  /**
+   * Gives back credit this node is not going to need (L1): above twice what the lease-size rule
+   * (`lib/lease-size.ts`) gives its demand now, down to that. The owner sees the release in this
+   * round's report and can issue it where requests are.
+   */
+  private shed(b: Bucket, now: number): void {
+    const keep = leaseTarget(this.demandOf(b), (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
+    if (b.credit > 2 * keep) {
+      b.released += b.credit - keep;
+      b.dirty = true;
+    }
   }
 
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
-    // An ask for this key is on its way: share its answer instead of being denied by D2's once per round.
-    if (subject.asking !== undefined) return subject.asking.then(() => this.recheck(subject, cost));
+    // An ask for this key is on its way: wait for its answer, and the follow-up it makes for the
+    // requests that waited, instead of being denied by D2's once per round.
+    if (subject.asking !== undefined) {
+      subject.waiting += cost;
+      return subject.asking.then(() => this.recheck(subject, cost));
+    }
+    const sent = this.ask(subject, cost, this.cfg.fastPathDeadlineMs);
+    if (!('requests' in sent)) return sent;
+    const { requests, answer, blocked } = sent;
+    if (!isPromise(answer)) {
+      this.settle(requests, answer);
+      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
+    }
+    subject.waiting = 0;
+    const settled = this.await(subject, requests, answer, cost, this.clock.monotonic());
+    subject.asking = settled;
+    return settled.then(() => (blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost)));
+  }
+
+  /**
+   * Asks the owners of every window short of `cost` for it, within `deadlineMs`: the requests and the
+   * answer (a promise across the network), or a denial when no window may ask now.
+   */
+  private ask(subject: Subject, cost: number, deadlineMs: number): Denied | { requests: CreditRequest[]; answer: readonly Grant[] | Promise<readonly Grant[] | undefined>; blocked: boolean } {
     const windows = subject.limits.windows;
     const requests: CreditRequest[] = [];
     // A short window that cannot ask now dooms this request, but the others still ask (once per
@@ -374,12 +422,15 @@ export class LeaseNode {
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       if (b.credit >= cost) continue;
-      const silence = this.silenceMs(shardOf(subject.keyId, b.windowId, this.cfg.shards));
+      const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
+      const silence = this.silenceMs(shard);
       // F5: degraded and out of credit — the limiter cannot decide; the backstop is the bound.
       if (silence > this.cfg.degradedAfterMs) return this.deny(subject, cost, true);
-      // F2: two missed rounds — no fast path, enforce with what is held. D2: once per bucket per
-      // round. And no asking when the owner said the window has nothing left for us.
-      if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || b.fastRound === this.roundNo || b.exhausted !== Exhaustion.None) {
+      // F2: two missed rounds — no fast path, enforce with what is held. D2 across the network (an
+      // owner in this process answers for free): see `settle`. And no asking when the owner said
+      // the window has nothing left for us.
+      const local = this.link.local?.(shard) === true;
+      if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs || (!local && b.fastRound >= this.roundNo) || b.exhausted !== Exhaustion.None) {
         blocked = true;
         continue;
       }
@@ -397,42 +448,61 @@ export class LeaseNode {
         selfIssued: b.selfIssued,
         released: b.released,
         need: cost - b.credit,
-        demand: Math.max(cost, this.demandOf(b)),
+        demand: this.demandOf(b),
         fastPath: true,
       });
     }
     if (requests.length === 0) return this.deny(subject, cost, false);
     this.stats.fastPath++;
-    const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
+    const answer = this.link.requestCredit(requests, deadlineMs);
     if (answer === undefined) return this.deny(subject, cost, false);
-    if (!isPromise(answer)) {
-      this.settle(requests, answer);
-      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
-    }
-    const settled = answer.then((grants) => {
-      subject.asking = undefined;
-      if (grants === undefined) this.stats.fastPathTimeouts++;
-      else this.settle(requests, grants);
-    });
-    subject.asking = settled;
-    return settled.then(() => (blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost)));
+    return { requests, answer, blocked };
   }
 
   /**
-   * Applies a fast-path answer. A bucket the owner gave nothing stops asking until a grant arrives:
-   * asking again each round would cost more than it wins (an owner only holding back for a round tops
-   * the bucket up from the next report). Its denials say "one round", not "until the window ends":
-   * only the owner's exhaustion notice says the window is spent.
+   * Waits for an ask's answer. While it leaves the requests that waited on it short, and the owner
+   * did answer, asks again for all of them — within what is left of the first request's deadline, so
+   * no request waits longer than the hard deadline in all.
+   */
+  private async await(subject: Subject, requests: readonly CreditRequest[], answer: Promise<readonly Grant[] | undefined>, cost: number, start: number): Promise<void> {
+    for (;;) {
+      const grants = await answer;
+      if (grants === undefined) {
+        this.stats.fastPathTimeouts++;
+        break;
+      }
+      this.settle(requests, grants);
+      const left = this.cfg.fastPathDeadlineMs - (this.clock.monotonic() - start);
+      if (subject.waiting === 0 || left <= 0) break;
+      const again = this.ask(subject, cost + subject.waiting, left);
+      if (!('requests' in again)) break;
+      if (!isPromise(again.answer)) {
+        this.settle(again.requests, again.answer);
+        break;
+      }
+      ({ requests, answer } = again as { requests: CreditRequest[]; answer: Promise<readonly Grant[] | undefined> });
+    }
+    subject.asking = undefined;
+    subject.waiting = 0;
+  }
+
+  /**
+   * Applies a fast-path answer. D2 as this node keeps it: a remote ask that went unanswered blocks
+   * asks for the rest of the round; one answered with nothing for the next round too (the owner has
+   * recalled idle credit, which lands in the pool a round later); one answered with credit blocks
+   * nothing, so a key seen a few times a second on a node gets one ask per request and holds no
+   * lease. Denials say "one round", not "until the window ends": only the owner's exhaustion notice
+   * says the window is spent.
    */
   private settle(requests: readonly CreditRequest[], grants: readonly Grant[]): void {
     for (const r of requests) this.heard(shardOf(r.keyId, r.windowId, this.cfg.shards));
     for (const g of grants) this.applyGrant(g);
     for (const r of requests) {
       const b = this.bucketFor(r.keyId, r.windowMs, r.nodeEpoch, r.lease);
-      if (b !== undefined && b.windowId === r.windowId && b.credit <= 0 && b.exhausted === Exhaustion.None) {
-        b.exhausted = Exhaustion.Dry;
-        b.exhaustedSeq = b.grantSeq;
-      }
+      if (b === undefined || b.windowId !== r.windowId) continue;
+      // Granted: the next request may ask again (each grant is credit, so this is bounded by the
+      // allowance). Nothing: no ask this round or the next.
+      b.fastRound = b.credit > 0 ? -1 : this.roundNo + 1;
     }
   }
 

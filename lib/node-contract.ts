@@ -30,6 +30,11 @@ export interface OwnerLink {
   reachable(shard: number): boolean;
   /** Live fleet size, for the boundary self-grant (F4). */
   fleetSize(): number;
+  /**
+   * Whether the owner of `shard` answers in this process (synchronously, no network): such asks are
+   * free, so D2's once per bucket per round does not apply to them. Absent means never.
+   */
+  local?(shard: number): boolean;
 }
 
 /** Settings of the node side of the protocol. */
@@ -42,6 +47,8 @@ export interface LeaseNodeConfig {
   readonly fastPathDeadlineMs: number;
   /** Rounds of demand a request advertises (grants must last until the next top-up lands). */
   readonly demandRounds: number;
+  /** Headroom h on demand, as the owner applies it: credit held above twice that is given back. */
+  readonly headroom: number;
   /** Rounds without owner contact after which the fast path stops and self-grants may start (F2). */
   readonly missedRoundsLimit: number;
   /** Milliseconds without owner contact after which the node is degraded (F5). */

@@ -260,14 +260,19 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (node.degraded) res.setHeader('X-RateLimit-Degraded', 'true');
   }
 
-  /** draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. */
+  /**
+   * draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. Remaining is what this
+   * node holds plus what its owner side has not issued yet when it owns the window's shard (exact in
+   * a fleet of one; a lower bound in a fleet, where other nodes hold and spend credit too).
+   */
   function quotaHeaders(res: Response, keyId: string, limits: ResolvedLimits): void {
     const subject = node.buckets.peek(keyId);
     if (subject === undefined) return;
     const now = clock.now();
     const items = limits.windows.map((w, i) => {
       const b = subject.buckets[i]!;
-      return `"${w.name}";r=${Math.max(0, b.credit)};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
+      const remaining = Math.max(0, b.credit) + owner.unissued(keyId, w.windowMs, b.windowId);
+      return `"${w.name}";r=${remaining};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
     });
     res.setHeader('RateLimit-Policy', limits.policyHeader);
     res.setHeader('RateLimit', items.join(', '));

@@ -62,7 +62,7 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
   const buckets = keys * windowsMs.length;
   const node = await measure('node buckets', windowsMs, buckets, async () => {
     const n = new LeaseNode(
-      { nodeId: 'bench', nodeEpoch: 'bench-1', shards: 64, maxBuckets: buckets, roundMs: 25, fastPathDeadlineMs: 1, demandRounds: 3, missedRoundsLimit: 2, degradedAfterMs: 30_000 },
+      { nodeId: 'bench', nodeEpoch: 'bench-1', shards: 64, maxBuckets: buckets, roundMs: 25, fastPathDeadlineMs: 1, demandRounds: 3, headroom: 1.25, missedRoundsLimit: 2, degradedAfterMs: 30_000 },
       systemClock,
       statelessLink,
     );
@@ -73,7 +73,7 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
   });
   const owner = await measure('owner ledgers', windowsMs, buckets, async () => {
     const fleet = { size: () => 1, unsettled: () => [], rejoining: () => false };
-    const o = new FoldOwner({ ownerEpoch: () => 1, shardOf: (k, w) => shardOf(k, w, 64), headroom: 1.25, reserveRatio: 0.02, roundMs: 25, fleet, clock: systemClock });
+    const o = new FoldOwner({ ownerEpoch: () => 1, shardOf: (k, w) => shardOf(k, w, 64), headroom: 1.25, demandRounds: 3, reserveRatio: 0.02, roundMs: 25, fleet, clock: systemClock });
     const now = Date.now();
     for (const k of keyIds) {
       for (const windowMs of windowsMs) {

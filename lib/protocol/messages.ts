@@ -56,7 +56,10 @@ export interface Grant extends LeaseRef {
  */
 export interface Adjust extends LeaseRef {
   readonly type: 'adjust';
-  /** Credit the lease may keep; -1 for no recall. */
+  /**
+   * Credit the lease may keep; -1 for no recall. With -1 and not `exhausted`: the window announced
+   * exhausted has credit again (released elsewhere), so the lease may ask when short.
+   */
   readonly keep: number;
   readonly exhausted: boolean;
   /** The lease's last grant seq when this was sent: only a later grant lifts the exhaustion. */

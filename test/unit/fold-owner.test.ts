@@ -2,20 +2,35 @@ import { expect } from 'chai';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import type { CreditRequest, Report, ReportBatch } from '../../lib/protocol/messages.js';
 import { FakeClock } from '../../lib/clock.js';
+import { leaseTarget } from '../../lib/lease-size.js';
+import { phaseOffset, windowEndMs } from '../../lib/window.js';
 import { seededRandom as rng } from '../../scripts/sim/queue.js';
 import { FixedFleet, ownerConfig } from '../support/protocol.js';
 
 const KEY = 'v1:OWNEROWNEROWNEROWNERO';
 const W = 1000;
 const WID = 1_800_000;
+const NOW = WID * W + 100;
+/** Rounds from the test clock to the end of window WID, and the lease size for `demand` then. */
+const LEFT = (windowEndMs(WID, W, phaseOffset(KEY, W)) - NOW) / 25;
+const target = (demand: number): number => leaseTarget(demand, LEFT, 2, 1.25);
 
 function owner(fleet = 4, reserveRatio = 0.02): FoldOwner {
   // The clock stands in the middle of window WID, far from its end (no pre-grants).
-  return new FoldOwner(ownerConfig(new FakeClock(WID * W + 100), new FixedFleet(fleet), { reserveRatio }));
+  return new FoldOwner(ownerConfig(new FakeClock(NOW), new FixedFleet(fleet), { reserveRatio }));
 }
 
 function req(node: string, need: number, demand: number, fastPath = true, limit = 1000): CreditRequest {
   return { keyId: KEY, windowId: WID, windowMs: W, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need, demand, fastPath };
+}
+
+/** A 10-per-window request, for the rationing cases. */
+const small = (node: string, need: number, demand: number): CreditRequest => req(node, need, demand, true, 10);
+
+/** x's report on a 10-per-window key: 10 issued, 1 spent, 9 given back, demand faded. */
+function xGivesBack(): ReportBatch {
+  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 1, issued: 10, selfIssued: 0, released: 9, demand: 0.5, held: 0, selfGrant: false };
+  return { shard: 0, nodeId: 'x', nodeEpoch: 'x-e1', round: 1, reports: [r] };
 }
 
 function batch(node: string, epoch: string, seq: number, spent: number, demand = 0, limit = 1000): ReportBatch {
@@ -24,47 +39,73 @@ function batch(node: string, epoch: string, seq: number, spent: number, demand =
 }
 
 describe('fold owner: the only issuer of credit', () => {
-  it('sizes a requested grant from demand × headroom, at least a fair share of what is left', () => {
+  it('sizes a grant by the lease-size rule: just the need for a rarely seen key, demand-sized for a busy one', () => {
     const o = owner(4);
-    const g1 = o.onCreditRequest(req('a', 1, 2))!;
-    expect(g1.issued).to.equal(245); // (1000 − 20 reserve) / 4
+    const g1 = o.onCreditRequest(req('a', 1, 0.5))!; // 0.5 × 1.25 < one request: no lease, the need only
+    expect(g1.issued).to.equal(1);
     expect(g1.ownerEpoch).to.equal(7);
     expect(g1.grantSeq).to.equal(1);
-    const g2 = o.onCreditRequest(req('a', 1, 400))!; // demand 400 × 1.25 = 500, holds 245 → +255
-    expect(g2.issued).to.equal(500);
+    const g2 = o.onCreditRequest(req('a', 1, 100))!; // holds 1, raised to the target for 100
+    expect(target(100)).to.equal(251); // twice 100 × 1.25, and one
+    expect(g2.issued).to.equal(251);
     expect(g2.grantSeq).to.equal(2);
-    const g3 = o.onCreditRequest({ ...req('b', 1, 1), spent: 0 })!; // pool 480 / 4 nodes
-    expect(g3.issued).to.equal(120);
+    expect(o.onCreditRequest(req('b', 3, 0))!.issued).to.equal(3); // no demand: what the request needs
   });
 
   it('takes the spend a request carries as fresher than the last report', () => {
     const o = owner(4);
-    o.onCreditRequest(req('a', 1, 1)); // 245
-    const g = o.onCreditRequest({ ...req('a', 1, 400), spent: 245 })!; // holds 0: wants the full 500
-    expect(g.issued).to.equal(745);
-    expect(o.spent(KEY, W, WID)).to.equal(245);
+    o.onCreditRequest(req('a', 1, 8)); // target(8) = 21
+    const g = o.onCreditRequest({ ...req('a', 1, 8), spent: 21 })!; // holds 0: wants its whole target again
+    expect(g.issued).to.equal(2 * target(8));
+    expect(o.spent(KEY, W, WID)).to.equal(21);
+  });
+
+  it('rations a pool too small for every want: a share in proportion, at least the need', () => {
+    const o = owner(4, 0);
+    expect(o.onCreditRequest(small('x', 1, 8))!.issued).to.equal(10); // wants 21, all 10 there are
+    expect(o.onCreditRequest(small('a', 1, 8))).to.equal(undefined); // nothing left; a's want is known
+    expect(o.onCreditRequest(small('b', 1, 8))).to.equal(undefined);
+    // x gives back 9 (its demand faded): a, b and now c each want 21, so c gets a third of the 9.
+    o.onReports(xGivesBack());
+    expect(o.onCreditRequest(small('c', 1, 8))!.issued).to.equal(3);
   });
 
   it('holds back the reserve (R = 2 %) from ordinary grants', () => {
     const o = owner(1);
-    expect(o.onCreditRequest(req('a', 1, 1, false))!.issued).to.equal(980);
-    // The same request again (a retry, a duplicate) restates the grant and adds nothing.
-    expect(o.onCreditRequest(req('a', 1, 1, false))).to.include({ issued: 980, grantSeq: 1 });
-    expect(o.onCreditRequest({ ...req('a', 1, 1, false), spent: 980 })).to.equal(undefined);
+    expect(o.onCreditRequest(req('a', 1, 1000, false))!.issued).to.equal(980);
+    // A request the lease already covers (a retry, a duplicate) restates the grant and adds nothing.
+    expect(o.onCreditRequest(req('a', 1, 300, false))).to.include({ issued: 980, grantSeq: 1 });
+    expect(o.onCreditRequest({ ...req('a', 1, 1000, false), spent: 980 })).to.equal(undefined);
     expect(o.issued(KEY, W, WID)).to.equal(980);
   });
 
   it('releases the reserve only on the fast path, at most once per key per window', () => {
     const o = owner(1);
-    o.onCreditRequest(req('a', 1, 1, false));
-    expect(o.onCreditRequest(req('b', 5, 5, false))).to.equal(undefined); // not the fast path: no reserve
-    const r1 = o.onCreditRequest({ ...req('a', 5, 5), spent: 980 })!;
-    expect(r1.issued).to.equal(987); // the reserve is released into the pool; this grant takes demand × h
+    o.onCreditRequest(req('a', 1, 1000, false));
+    expect(o.onCreditRequest(req('b', 5, 0, false))).to.equal(undefined); // not the fast path: no reserve
+    const r1 = o.onCreditRequest({ ...req('a', 5, 4), spent: 980 })!;
+    expect(r1.issued).to.equal(980 + target(4)); // the reserve is released; this grant takes a's target
     expect(o.stats.reserveReleases).to.equal(1);
-    expect(o.onCreditRequest(req('b', 1, 1))!.issued).to.equal(13); // b's fair share of the rest: all of it
-    expect(o.onCreditRequest(req('c', 1, 1))).to.equal(undefined);
+    expect(o.onCreditRequest(req('b', 1, 0))!.issued).to.equal(1); // b's need, from what is left
+    expect(o.onCreditRequest(req('c', 50, 0))!.issued).to.equal(20 - target(4) - 1); // the rest, short of its need
+    expect(o.onCreditRequest(req('d', 1, 0))).to.equal(undefined);
     expect(o.stats.reserveReleases).to.equal(1);
     expect(o.issued(KEY, W, WID)).to.equal(1000);
+  });
+
+  it('tells leases it announced exhausted when released credit refills the window', () => {
+    const o = owner(1, 0);
+    o.onCreditRequest(small('x', 1, 8)); // all 10
+    o.takeOutbox();
+    expect(o.onCreditRequest(small('a', 1, 0))).to.equal(undefined);
+    const notices = o.takeOutbox();
+    expect(notices.filter((m) => m.type === 'adjust' && m.exhausted && m.nodeId === 'a')).to.have.length(1);
+    const out = o.onReports(xGivesBack());
+    // a asks per request (no demand): told it may ask again — neither a recall nor exhausted. (So is
+    // x, whose demand has faded too.)
+    expect(out.filter((m) => m.nodeId === 'a').map((m) => m.type === 'adjust' && [m.keep, m.exhausted])).to.deep.equal([[-1, false]]);
+    expect(o.stats.refills).to.equal(2);
+    expect(o.onCreditRequest(small('a', 1, 0))!.issued).to.equal(1);
   });
 
   it('merges reports: max seq wins in an epoch, so duplicates and reorders change nothing (L3)', () => {
@@ -87,23 +128,23 @@ describe('fold owner: the only issuer of credit', () => {
 
   it('keeps leases apart: a reloaded bucket (new lease) starts from zero, the old lease still counts', () => {
     const o = owner(1);
-    const g1 = o.onCreditRequest(req('a', 1, 1, false))!;
+    const g1 = o.onCreditRequest(req('a', 1, 1000, false))!;
     expect(g1.lease).to.equal(1);
     o.onReports(batch('a', 'a-e1', 1, 980));
-    const g2 = o.onCreditRequest({ ...req('a', 1, 1), lease: 2 })!;
+    const g2 = o.onCreditRequest({ ...req('a', 2, 0), lease: 2 })!;
     expect(g2.lease).to.equal(2);
     expect(g2.grantSeq).to.equal(1);
-    expect(g2.issued).to.equal(2); // only the reserve is left: released, and this lease takes what it asks
+    expect(g2.issued).to.equal(2); // only the reserve is left: released, and this lease takes what it needs
     expect(o.issued(KEY, W, WID)).to.equal(982);
     expect(o.spent(KEY, W, WID)).to.equal(980);
   });
 
   it('tops up a node whose advertised demand outruns the credit it holds', () => {
     const o = owner(4);
-    o.onCreditRequest(req('a', 1, 1)); // 245 issued to a-e1
-    const grants = o.onReports(batch('a', 'a-e1', 1, 240, 100)); // holds 5, wants 125
+    o.onCreditRequest(req('a', 1, 8)); // target(8) = 21 issued to a-e1
+    const grants = o.onReports(batch('a', 'a-e1', 1, 16, 100)); // holds 5, wants target(100)
     expect(grants).to.have.length(1);
-    expect(grants[0]).to.include({ type: 'grant', issued: 245 + 120 });
+    expect(grants[0]).to.include({ type: 'grant', issued: 21 + target(100) - 5 });
   });
 
   it('drops ledgers two rounds after the window ends', () => {

@@ -11,6 +11,8 @@ import { nodeConfig } from '../support/protocol.js';
 const KEY = 'v1:KKKKKKKKKKKKKKKKKKKKKK';
 const policy = compilePolicy(demoPolicy());
 const free = policy.limitsFor(KEY, 't'); // burst 10/1 s, sustained 100/60 s
+/** One window of 10 per second: the fast-path rules without a second window asking beside it. */
+const one = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'burst', windowMs: 1000, limit: 10 }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
 
 function makeNode(link: RecordingLink, clock = new FakeClock()): LeaseNode {
   return new LeaseNode(nodeConfig(), clock, link);
@@ -78,24 +80,46 @@ describe('lease node: the decision path', () => {
     expect(sustained!.spent).to.equal(0);
   });
 
-  it('takes the fast path at most once per bucket per round (D2), and not at all once told the window is spent', () => {
-    const link = grantingLink({ 1000: 1, 60_000: 100 });
+  it('D2 across the network: an ask answered with credit frees the next; one answered with nothing blocks two rounds', () => {
+    const link = grantingLink({ 1000: 2 });
     const node = makeNode(link);
-    expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true }); // first sight: this round's ask
-    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // same round: no second ask
-    expect(link.requests).to.have.length(1);
+    expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true }); // first sight: asks, gets its need
+    expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true }); // asks again in the same round
+    expect(link.requests).to.have.length(2);
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false); // asks: nothing left
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false); // no ask: this round is done
+    expect(link.requests).to.have.length(3);
     node.endRound();
-    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // asks; the owner has nothing left
-    expect(link.requests).to.have.length(2);
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false); // nor the next round
+    expect(link.requests).to.have.length(3);
     node.endRound();
-    expect((node.acquire(KEY, free) as Denied).admitted).to.equal(false); // exhausted: no ask this window
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false); // then it asks again
+    expect(link.requests).to.have.length(4);
+    expect(node.stats.fastPath).to.equal(4);
+  });
+
+  it('asks nothing once told the window is spent, until a grant or the owner says credit came back', () => {
+    const notices: OwnerMessage[] = [];
+    const link = grantingLink({ 1000: 1 }, (m) => notices.push(m));
+    const node = makeNode(link);
+    expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false); // nothing left, and told so
+    for (const m of notices.splice(0)) node.onMessage(m);
+    for (let i = 0; i < 3; i++) node.endRound();
+    const spent = node.acquire(KEY, one) as Denied;
+    expect(spent.admitted).to.equal(false);
+    expect(spent.retryAfterMs).to.be.above(25); // to the window's end: it is spent
     expect(link.requests).to.have.length(2);
-    expect(node.stats.fastPath).to.equal(2);
-    // A top-up from the owner clears the exhaustion: credit again, no ask needed.
-    const [burstReq] = link.requests[1]!;
-    expect(node.onMessage(grantFor(burstReq!, 3, 5))).to.equal(true);
-    expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true });
-    expect(link.requests).to.have.length(2);
+    // Credit given back elsewhere refills the window: an adjustment that neither recalls nor exhausts.
+    const { type: _, issued: __, ...ref } = grantFor(link.requests[1]![0]!, 1, 1);
+    expect(node.onMessage({ ...ref, type: 'adjust', keep: -1, exhausted: false })).to.equal(true);
+    node.acquire(KEY, one);
+    expect(link.requests).to.have.length(3);
+    // A grant clears an exhaustion too: credit again, no ask needed.
+    for (const m of notices.splice(0)) node.onMessage(m);
+    expect(node.onMessage(grantFor(link.requests[2]![0]!, 3, 5))).to.equal(true);
+    expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(3);
   });
 
   it('waits for a remote owner through a promise and admits when the grant lands', async () => {
@@ -138,16 +162,19 @@ describe('lease node: the decision path', () => {
     });
   });
 
-  it('an answer of nothing without an exhaustion notice (the owner holding back) says retry next round, and asks no more until a grant', () => {
+  it('an answer of nothing without an exhaustion notice (the owner holding back) says retry next round, and asks again the round after', () => {
     const clock = new FakeClock(1_800_000_000_000);
-    const link = grantingLink({ 1000: 0, 60_000: 100 });
+    const link = grantingLink({ 1000: 0 });
     const node = makeNode(link, clock);
-    const r = node.acquire(KEY, free) as Denied;
+    const r = node.acquire(KEY, one) as Denied;
     expect(r.window).to.equal('burst');
     expect(r.retryAfterMs).to.be.at.most(25);
     node.endRound();
-    expect((node.acquire(KEY, free) as Denied).retryAfterMs).to.be.at.most(25);
+    expect((node.acquire(KEY, one) as Denied).retryAfterMs).to.be.at.most(25);
     expect(link.requests).to.have.length(1);
+    node.endRound();
+    node.acquire(KEY, one);
+    expect(link.requests).to.have.length(2);
   });
 
   it('a window short only here (its ask for this round is spent) says retry next round, not at its end', () => {
@@ -240,15 +267,16 @@ describe('lease node: the decision path', () => {
       [1000, 8, 0, false],
       [60_000, 8, 0, false],
     ]);
-    expect(mine.every((r) => r.demand === 16)).to.equal(true); // 8 requests × 2 rounds of lookahead
+    // 8 requests in one round, smoothed over 16 rounds: half a request per round, × 2 rounds ahead.
+    expect(mine.every((r) => r.demand === 1)).to.equal(true);
     expect(link.published).to.have.length(batches.length);
-    // Without traffic a key is reported the first quiet round (its demand halves), then once every
-    // 8 rounds while its demand fades, then not at all.
+    // Without traffic a key is reported the first quiet round (its demand fading by 1/16 a round),
+    // then once every 8 rounds while its demand fades, then not at all.
     const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
-    expect(quiet().map((r) => r.demand)).to.deep.equal([4, 4]); // round 1: 2/round × 2
+    expect(quiet().map((r) => r.demand)).to.deep.equal([0.9375, 0.9375]); // round 1: 120/256 × 2
     for (let round = 2; round < 8; round++) expect(quiet()).to.have.length(0);
     expect(quiet()).to.have.length(2); // round 8
-    for (let i = 0; i < 20; i++) node.endRound();
+    for (let i = 0; i < 100; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
   });
 
