@@ -23,6 +23,8 @@ export interface BusFaults {
   readonly duplicate: number;
   /** Uniform random extra delay that reorders messages, ms. */
   readonly reorderMs: number;
+  /** A slow tail: with probability `p` a message takes up to `ms` more (uniform), as a busy host's do. */
+  readonly tail?: { readonly p: number; readonly ms: number };
   /** Whether nothing passes from `from` to `to` right now (partitions, an unreachable owner). */
   readonly blocked: (from: string, to: string) => boolean;
 }
@@ -269,7 +271,8 @@ export class MemoryBus implements Bus {
       this.stats.lost++;
       return undefined;
     }
-    return f.latencyMs + rand() * f.jitterMs + rand() * f.reorderMs;
+    const slow = f.tail !== undefined && rand() < f.tail.p ? rand() * f.tail.ms : 0;
+    return f.latencyMs + rand() * f.jitterMs + rand() * f.reorderMs + slow;
   }
 
   private schedule(from: string, to: string, run: () => void): void {

@@ -11,6 +11,11 @@ export { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseN
 
 /** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
 const MIN_RATE256 = 1;
+/**
+ * Share of remote asks missing their deadline (× 256, smoothed over about 16 asks) above which the
+ * fast path counts as unreliable: 13/256 ≈ 5 %.
+ */
+const UNRELIABLE_256 = 13;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 
@@ -35,6 +40,8 @@ export class LeaseNode {
   private readonly ownerEpochs: Float64Array;
   /** The smallest of `contact`, as of the last round. */
   private oldestContact: number;
+  /** Share of recent remote asks that missed their deadline, × 256. */
+  private missed256 = 0;
 
   constructor(
     private readonly cfg: LeaseNodeConfig,
@@ -373,7 +380,20 @@ export class LeaseNode {
    * (`lib/lease-size.ts`); a busy key new to this node asks per request until its rate shows.
    */
   private demandOf(b: Bucket): number {
-    return (b.rate256 / 256) * this.cfg.demandRounds;
+    const demand = (b.rate256 / 256) * this.cfg.demandRounds;
+    // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
+    // in this window holds at least one request's worth instead of asking per request: a little
+    // credit may strand (the owner's room bounds it) rather than most such requests being refused.
+    return b.spent > 0 && this.missed256 > UNRELIABLE_256 ? Math.max(demand, 1) : demand;
+  }
+
+  /** Whether remote asks have been missing their deadline often lately (the hedge in `demandOf`). */
+  get fastPathUnreliable(): boolean {
+    return this.missed256 > UNRELIABLE_256;
+  }
+
+  private noteAsk(missed: boolean): void {
+    this.missed256 += ((missed ? 256 : 0) - this.missed256) >> 4;
   }
 
   /**
@@ -398,8 +418,9 @@ export class LeaseNode {
     }
     const sent = this.ask(subject, cost, this.cfg.fastPathDeadlineMs);
     if (!('requests' in sent)) return sent;
-    const { requests, answer, blocked } = sent;
+    const { requests, answer, blocked, remote } = sent;
     if (!isPromise(answer)) {
+      if (remote) this.noteAsk(false);
       this.settle(requests, answer);
       return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     }
@@ -413,12 +434,13 @@ export class LeaseNode {
    * Asks the owners of every window short of `cost` for it, within `deadlineMs`: the requests and the
    * answer (a promise across the network), or a denial when no window may ask now.
    */
-  private ask(subject: Subject, cost: number, deadlineMs: number): Denied | { requests: CreditRequest[]; answer: readonly Grant[] | Promise<readonly Grant[] | undefined>; blocked: boolean } {
+  private ask(subject: Subject, cost: number, deadlineMs: number): Denied | { requests: CreditRequest[]; answer: readonly Grant[] | Promise<readonly Grant[] | undefined>; blocked: boolean; remote: boolean } {
     const windows = subject.limits.windows;
     const requests: CreditRequest[] = [];
     // A short window that cannot ask now dooms this request, but the others still ask (once per
     // round): their answers say which windows are really spent, for an honest Retry-After.
     let blocked = false;
+    let remote = false;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       if (b.credit >= cost) continue;
@@ -436,6 +458,7 @@ export class LeaseNode {
       }
       const w = windows[i]!;
       b.fastRound = this.roundNo;
+      remote ||= !local;
       requests.push({
         keyId: subject.keyId,
         windowId: b.windowId,
@@ -455,8 +478,11 @@ export class LeaseNode {
     if (requests.length === 0) return this.deny(subject, cost, false);
     this.stats.fastPath++;
     const answer = this.link.requestCredit(requests, deadlineMs);
-    if (answer === undefined) return this.deny(subject, cost, false);
-    return { requests, answer, blocked };
+    if (answer === undefined) {
+      if (remote) this.noteAsk(true);
+      return this.deny(subject, cost, false);
+    }
+    return { requests, answer, blocked, remote };
   }
 
   /**
@@ -467,6 +493,7 @@ export class LeaseNode {
   private async await(subject: Subject, requests: readonly CreditRequest[], answer: Promise<readonly Grant[] | undefined>, cost: number, start: number): Promise<void> {
     for (;;) {
       const grants = await answer;
+      this.noteAsk(grants === undefined);
       if (grants === undefined) {
         this.stats.fastPathTimeouts++;
         break;
@@ -477,6 +504,7 @@ export class LeaseNode {
       const again = this.ask(subject, cost + subject.waiting, left);
       if (!('requests' in again)) break;
       if (!isPromise(again.answer)) {
+        if (again.remote) this.noteAsk(false);
         this.settle(again.requests, again.answer);
         break;
       }

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { SCENARIOS } from './sim/scenarios.js';
 import { simulate, type SimResult } from './sim/run.js';
-import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type Shape } from './sim/sweep.js';
+import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type Shape, type Tail } from './sim/sweep.js';
 
 /**
  * `npm run simulate -- --nodes 20 --scenario NAME|all [--seed N] [--duration S] [--json]`: the fleet
@@ -15,7 +15,7 @@ import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type 
 const USAGE = [
   `usage: npm run simulate -- [--nodes 20] [--scenario ${SCENARIOS.map((s) => s.name).join('|')}|all] [--seed 1] [--duration 12] [--json]`,
   `       npm run simulate -- --sweep [--nodes 3,20,50] [--limits 5,10,50,100,1000,10000] [--loads 0.5,0.9,1,1.2,3,10]`,
-  `                           [--shapes ${SHAPES.join(',')}] [--window-ms 1000,60000] [--seeds 1] [--json]`,
+  `                           [--shapes ${SHAPES.join(',')}] [--window-ms 1000,60000] [--seeds 1] [--tail P:MS] [--json]`,
 ].join('\n');
 
 function fail(message: string): never {
@@ -57,6 +57,7 @@ function main(): void {
         shapes: { type: 'string' },
         'window-ms': { type: 'string' },
         seeds: { type: 'string' },
+        tail: { type: 'string' },
       },
     }));
   } catch (err) {
@@ -64,7 +65,7 @@ function main(): void {
   }
   if (values.help) return void process.stdout.write(`${USAGE}\n`);
   if (values.sweep) return sweep(values);
-  for (const name of ['limits', 'loads', 'shapes', 'window-ms', 'seeds'] as const) if (values[name] !== undefined) fail(`--${name} needs --sweep`);
+  for (const name of ['limits', 'loads', 'shapes', 'window-ms', 'seeds', 'tail'] as const) if (values[name] !== undefined) fail(`--${name} needs --sweep`);
   const nodes = positiveInt('nodes', values.nodes, 20);
   const seed = positiveInt('seed', values.seed, 1);
   const durationMs = positiveInt('duration', values.duration, 12) * 1000;
@@ -81,7 +82,15 @@ function main(): void {
   if (!values.json) process.stdout.write(render(results, nodes, seed, durationMs));
 }
 
-function sweep(values: { nodes?: string; limits?: string; loads?: string; shapes?: string; 'window-ms'?: string; seeds?: string; json?: boolean; scenario?: string; seed?: string; duration?: string }): void {
+/** `--tail P:MS`: with probability P (0 to 1) a bus message takes up to MS ms more. */
+function tailOf(text: string | undefined): Tail | undefined {
+  if (text === undefined) return undefined;
+  const [p, ms] = text.split(':').map(Number);
+  if (!(p !== undefined && p >= 0 && p <= 1 && ms !== undefined && Number.isFinite(ms) && ms > 0)) fail(`--tail must be P:MS with 0 ≤ P ≤ 1 and MS > 0, got "${text}"`);
+  return { p, ms };
+}
+
+function sweep(values: { nodes?: string; limits?: string; loads?: string; shapes?: string; 'window-ms'?: string; seeds?: string; tail?: string; json?: boolean; scenario?: string; seed?: string; duration?: string }): void {
   for (const name of ['scenario', 'seed', 'duration'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --sweep`);
   const shapes = (values.shapes ?? SHAPES.join(',')).split(',').map((t) => t.trim());
   for (const s of shapes) if (!(SHAPES as readonly string[]).includes(s)) fail(`--shapes: unknown shape "${s}" (known: ${SHAPES.join(', ')})`);
@@ -93,9 +102,10 @@ function sweep(values: { nodes?: string; limits?: string; loads?: string; shapes
     windows: numbers('window-ms', values['window-ms'], [1000, 60000], true),
     seeds: numbers('seeds', values.seeds, [1], true),
   });
+  const tail = tailOf(values.tail);
   const results: CellResult[] = [];
   for (const cell of cells) {
-    const r = runCell(cell);
+    const r = runCell(cell, tail);
     results.push(r);
     if (values.json) process.stdout.write(`${JSON.stringify(r)}\n`);
   }
@@ -131,7 +141,7 @@ function renderSweep(results: CellResult[]): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
   return [
-    'accuracy sweep: every cell the real protocol over the simulated bus, T = 25 ms, 64 shards, bus latency 0.2 ms ± 0.1',
+    `accuracy sweep: every cell the real protocol over the simulated bus, T = 25 ms, 64 shards, bus latency 0.2 ms ± 0.1${process.argv.includes('--tail') ? ' and a slow tail' : ''}`,
     `command: npm run simulate -- ${process.argv.slice(2).join(' ')}`,
     '',
     line(head),

@@ -17,6 +17,8 @@ export interface SimOptions {
   /** One-way bus latency and its jitter, ms. */
   readonly latencyMs: number;
   readonly jitterMs: number;
+  /** A slow tail of the bus: with probability `p` a message takes up to `ms` more. */
+  readonly tail?: { readonly p: number; readonly ms: number };
   readonly shards: number;
 }
 
@@ -73,6 +75,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     faults: {
       latencyMs: opts.latencyMs,
       jitterMs: opts.jitterMs,
+      ...(opts.tail !== undefined ? { tail: opts.tail } : {}),
       loss: scenario.loss ?? 0,
       duplicate: scenario.duplicate ?? 0,
       reorderMs: scenario.reorderMs ?? 0,

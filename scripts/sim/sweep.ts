@@ -100,10 +100,29 @@ export function trafficFor(cell: Cell, random: () => number): KeyTraffic[] {
   return out;
 }
 
-/** Runs one cell of the sweep: the real protocol over the simulated bus (T = 25 ms, 64 shards). */
-export function runCell(cell: Cell): CellResult {
+/** The simulated bus's slow tail: with probability `p` a message takes up to `ms` more. */
+export interface Tail {
+  readonly p: number;
+  readonly ms: number;
+}
+
+/**
+ * Runs one cell of the sweep: the real protocol over the simulated bus (T = 25 ms, 64 shards, one-way
+ * latency 0.2 ms + up to 0.1 ms, and `tail` if given).
+ */
+export function runCell(cell: Cell, tail?: Tail): CellResult {
   const scenario: Scenario = { name: `${cell.shape}`, description: '', keys: (_nodes, random) => trafficFor(cell, random) };
-  const r: SimResult = simulate(scenario, { nodes: cell.nodes, seed: cell.seed, durationMs: durationFor(cell.windowMs), windowMs: cell.windowMs, roundMs: 25, latencyMs: 0.2, jitterMs: 0.1, shards: 64 });
+  const r: SimResult = simulate(scenario, {
+    nodes: cell.nodes,
+    seed: cell.seed,
+    durationMs: durationFor(cell.windowMs),
+    windowMs: cell.windowMs,
+    roundMs: 25,
+    latencyMs: 0.2,
+    jitterMs: 0.1,
+    shards: 64,
+    ...(tail !== undefined ? { tail } : {}),
+  });
   return {
     ...cell,
     windows: r.windows,
