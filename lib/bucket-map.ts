@@ -13,8 +13,6 @@ export class Subject {
   evicted = false;
   /** A fast-path ask across the network in flight: requests arriving meanwhile wait for its answer. */
   asking: Promise<void> | undefined = undefined;
-  /** Cost of the requests waiting on `asking` besides the one that asked: a follow-up asks for them. */
-  waiting = 0;
 
   /**
    * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;

@@ -148,28 +148,34 @@ export class FoldOwner {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
-      if (r.demand <= 0 || this.withheld(batch.nodeId)) continue;
-      const target = this.target(ledger, r.demand);
-      // A report for a window that has not started is a node asking ahead of its rollover: the grant
-      // lands as the next window's credit, so busy keys never start a window on the fast path.
-      if (held(lease) < target) {
-        // A top-up is not rationed — it is demand-sized already (`lib/lease-size.ts`), and rationing
-        // it would turn every shortfall into fast-path asks — but beyond a busy lease's own demand ×
-        // h, leases together never hold more than half of what the window has left: the other half
-        // stays with the owner for the nodes that ask, whatever the demand estimates got wrong.
-        const pool = this.available(ledger, false);
-        const base = Math.floor(r.demand * this.cfg.headroom);
-        const own = base >= BUSY ? base - held(lease) : 0;
-        const amount = Math.min(target - held(lease), pool, Math.max(own, this.room(ledger)));
-        if (amount > 0) {
-          this.outbox.push(this.issue(ledger, lease, amount));
-          this.announceExhausted(ledger);
-          if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
-        } else if (pool <= 0) this.recall(ledger, lease);
-      }
+      // What this report gave back may refill a window announced exhausted, whatever it asks for.
+      if (r.demand > 0 && !this.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
       this.announceRefilled(ledger);
     }
     return this.takeOutbox();
+  }
+
+  /**
+   * Tops a lease up toward the size its reported demand calls for. A report for a window that has
+   * not started is a node asking ahead of its rollover: the grant lands as the next window's credit,
+   * so busy keys never start a window on the fast path. A top-up is not rationed — it is demand-sized
+   * already (`lib/lease-size.ts`), and rationing it would turn every shortfall into fast-path asks —
+   * but beyond a busy lease's own demand × h, leases together never hold more than half of what the
+   * window has left: the other half stays with the owner for the nodes that ask, whatever the demand
+   * estimates got wrong.
+   */
+  private topUp(ledger: Ledger, lease: Lease, r: Report): void {
+    const target = this.target(ledger, r.demand);
+    if (held(lease) >= target) return;
+    const pool = this.available(ledger, false);
+    const base = Math.floor(r.demand * this.cfg.headroom);
+    const own = base >= BUSY ? base - held(lease) : 0;
+    const amount = Math.min(target - held(lease), pool, Math.max(own, this.room(ledger)));
+    if (amount > 0) {
+      this.outbox.push(this.issue(ledger, lease, amount));
+      this.announceExhausted(ledger);
+      if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
+    } else if (pool <= 0) this.recall(ledger, lease);
   }
 
   /**

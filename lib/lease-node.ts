@@ -16,6 +16,8 @@ const MIN_RATE256 = 1;
  * fast path counts as unreliable: 13/256 ≈ 5 %.
  */
 const UNRELIABLE_256 = 13;
+/** Most requests' worth a key seen rarely on a node asks for while the fast path is unreliable. */
+const HEDGE_MAX = 4;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 
@@ -167,7 +169,6 @@ export class LeaseNode {
       b.exhaustedSeq = a.grantSeq;
     } else if (!a.exhausted && a.keep < 0 && a.grantSeq >= b.exhaustedSeq) {
       b.exhausted = Exhaustion.None;
-      b.fastRound = -1;
     }
     this.stats.adjustsApplied++;
     return true;
@@ -214,11 +215,12 @@ export class LeaseNode {
       for (let i = 0; i < windows.length; i++) {
         const b = s.buckets[i] as Bucket;
         const w = windows[i]!;
-        const idle = b.roundDemand === 0 && !b.dirty;
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
         b.rate256 += (b.roundDemand * 256 - b.rate256) >> 4;
+        // What it gives back is reported this round, even by a bucket that saw no request.
         this.shed(b, now);
+        const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
         if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) continue;
         keep = true;
@@ -381,10 +383,13 @@ export class LeaseNode {
    */
   private demandOf(b: Bucket): number {
     const demand = (b.rate256 / 256) * this.cfg.demandRounds;
+    if (b.spent === 0 || this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
-    // in this window holds at least one request's worth instead of asking per request: a little
-    // credit may strand (the owner's room bounds it) rather than most such requests being refused.
-    return b.spent > 0 && this.missed256 > UNRELIABLE_256 ? Math.max(demand, 1) : demand;
+    // in this window asks for what its rate says it will spend by the window's end (at least one
+    // request, at most HEDGE_MAX) instead of asking per request: a little credit may strand, within
+    // the owner's room, rather than most such requests being refused.
+    const untilEnd = ((b.rate256 / 256) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
+    return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));
   }
 
   /** Whether remote asks have been missing their deadline often lately (the hedge in `demandOf`). */
@@ -410,11 +415,11 @@ export class LeaseNode {
   }
 
   private fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
-    // An ask for this key is on its way: wait for its answer, and the follow-up it makes for the
-    // requests that waited, instead of being denied by D2's once per round.
+    // An ask for this key is on its way: share its answer instead of asking again (a second ask
+    // would outlast the hard deadline). Whatever happens to the ask, the waiters are answered.
     if (subject.asking !== undefined) {
-      subject.waiting += cost;
-      return subject.asking.then(() => this.recheck(subject, cost));
+      const recheck = (): Acquired => this.recheck(subject, cost);
+      return subject.asking.then(recheck, recheck);
     }
     const sent = this.ask(subject, cost, this.cfg.fastPathDeadlineMs);
     if (!('requests' in sent)) return sent;
@@ -424,8 +429,19 @@ export class LeaseNode {
       this.settle(requests, answer);
       return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
     }
-    subject.waiting = 0;
-    const settled = this.await(subject, requests, answer, cost, this.clock.monotonic());
+    const settled = answer.then(
+      (grants) => {
+        subject.asking = undefined;
+        this.noteAsk(grants === undefined);
+        if (grants === undefined) this.stats.fastPathTimeouts++;
+        else this.settle(requests, grants);
+      },
+      (err: unknown) => {
+        // Never left pending: a stuck ask would send every later request of this key to fail-open.
+        subject.asking = undefined;
+        throw err;
+      },
+    );
     subject.asking = settled;
     return settled.then(() => (blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost)));
   }
@@ -483,35 +499,6 @@ export class LeaseNode {
       return this.deny(subject, cost, false);
     }
     return { requests, answer, blocked, remote };
-  }
-
-  /**
-   * Waits for an ask's answer. While it leaves the requests that waited on it short, and the owner
-   * did answer, asks again for all of them — within what is left of the first request's deadline, so
-   * no request waits longer than the hard deadline in all.
-   */
-  private async await(subject: Subject, requests: readonly CreditRequest[], answer: Promise<readonly Grant[] | undefined>, cost: number, start: number): Promise<void> {
-    for (;;) {
-      const grants = await answer;
-      this.noteAsk(grants === undefined);
-      if (grants === undefined) {
-        this.stats.fastPathTimeouts++;
-        break;
-      }
-      this.settle(requests, grants);
-      const left = this.cfg.fastPathDeadlineMs - (this.clock.monotonic() - start);
-      if (subject.waiting === 0 || left <= 0) break;
-      const again = this.ask(subject, cost + subject.waiting, left);
-      if (!('requests' in again)) break;
-      if (!isPromise(again.answer)) {
-        if (again.remote) this.noteAsk(false);
-        this.settle(again.requests, again.answer);
-        break;
-      }
-      ({ requests, answer } = again as { requests: CreditRequest[]; answer: Promise<readonly Grant[] | undefined> });
-    }
-    subject.asking = undefined;
-    subject.waiting = 0;
   }
 
   /**

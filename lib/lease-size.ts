@@ -7,7 +7,7 @@
  *   round, so each request asks for exactly what it needs and no credit strands where requests seldom
  *   come (a 5-per-second plan spread over 50 nodes).
  * - Otherwise demand × h at least, and up to twice that plus one — so a node rarely runs dry between
- *   two rounds' top-ups and the fast path stays rare — but never more than half of what the node
+ *   two rounds' top-ups and the fast path stays rare — but never more than a quarter of what the node
  *   would spend at its rate before the window ends: credit given out late in a window is credit that
  *   may be left unspent on a node when the window closes while another node refuses a caller.
  */

@@ -167,7 +167,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     expect(b.owner.spent(keyId, WINDOW_MS, windowId)).to.equal(7);
   });
 
-  it('asks a remote owner on the fast path; requests arriving meanwhile wait for it and one follow-up ask', async () => {
+  it('asks a remote owner on the fast path, and requests arriving meanwhile share the answer', async () => {
     const a = join('a');
     const b = join('b');
     await Promise.all([a.bus.ready(), b.bus.ready()]);
@@ -175,13 +175,13 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const keyId = keyWhere((s) => ownerOf(a, s) === 'b');
     const plan = limits(100);
     const five = await Promise.all([1, 2, 3, 4, 5].map(() => a.node.acquire(keyId, plan)));
-    // The first sight asks for its one request; the four that waited on it get one follow-up ask
-    // for all of them, within what is left of the first one's 1 ms. On a busy machine either ask may
-    // miss the deadline: the requests it was for are denied for one round, and the late grant lands.
-    const admitted = five.filter((r) => r.admitted).length;
-    expect([0, 1, 5]).to.include(admitted);
-    expect(a.bus.stats.asksSent).to.be.within(admitted === 5 ? 2 : 1, admitted === 0 ? 1 : 2);
-    for (const r of five) if (!r.admitted) expect((r as Denied).retryAfterMs).to.be.at.most(25);
+    // One ask: the first sight of a key new to this node asks for what it needs, and the four that
+    // arrive meanwhile share the answer (a second ask would outlast the deadline); those it does not
+    // cover are told to retry in a round. On a busy machine the ask may miss its 1 ms deadline: then
+    // all five are denied for one round, and the late grant still lands.
+    expect(a.bus.stats.asksSent).to.equal(1);
+    expect(five[0]!.admitted || a.node.stats.fastPathTimeouts === 1).to.equal(true);
+    for (const r of five.slice(1)) expect(r.admitted || (r as Denied).retryAfterMs! <= 25).to.equal(true);
     await until(() => (a.node.buckets.peek(keyId)?.buckets[0]?.credit ?? 0) > 0, 'the grant to land');
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
   });

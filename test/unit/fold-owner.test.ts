@@ -27,9 +27,9 @@ function req(node: string, need: number, demand: number, fastPath = true, limit 
 /** A 10-per-window request, for the rationing cases. */
 const small = (node: string, need: number, demand: number): CreditRequest => req(node, need, demand, true, 10);
 
-/** x's report on a 10-per-window key: 10 issued, 1 spent, 9 given back, demand faded. */
+/** x's report on a 10-per-window key: 10 issued, 1 spent, 9 given back, no demand left. */
 function xGivesBack(): ReportBatch {
-  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 1, issued: 10, selfIssued: 0, released: 9, demand: 0.5, held: 0, selfGrant: false };
+  const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 1, issued: 10, selfIssued: 0, released: 9, demand: 0, held: 0, selfGrant: false };
   return { shard: 0, nodeId: 'x', nodeEpoch: 'x-e1', round: 1, reports: [r] };
 }
 

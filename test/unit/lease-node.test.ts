@@ -162,6 +162,32 @@ describe('lease node: the decision path', () => {
     });
   });
 
+  it('an ask that fails (the link rejects) is never left pending: the next request asks afresh', async () => {
+    let calls = 0;
+    const link = new RecordingLink((reqs) => (calls++ === 0 ? Promise.reject(new Error('link down')) : Promise.resolve(reqs.map((r) => grantFor(r, 1, 1)))));
+    const node = makeNode(link);
+    const first = node.acquire(KEY, one) as Promise<unknown>;
+    const second = node.acquire(KEY, one); // shares the failing ask: answered, not left hanging
+    await first.then(
+      () => expect.fail('the failed ask should reject the request that made it'),
+      (err: Error) => expect(err.message).to.equal('link down'),
+    );
+    expect(((await second) as Denied).admitted).to.equal(false);
+    node.endRound();
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(2);
+  });
+
+  it('a refill notice does not lift the once-a-round block of an ask just answered with nothing', () => {
+    const link = grantingLink({ 1000: 0 });
+    const node = makeNode(link);
+    expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false);
+    const { type: _, issued: __, ...ref } = grantFor(link.requests[0]![0]!, 0, 0);
+    node.onMessage({ ...ref, type: 'adjust', keep: -1, exhausted: false });
+    node.acquire(KEY, one);
+    expect(link.requests).to.have.length(1);
+  });
+
   it('an answer of nothing without an exhaustion notice (the owner holding back) says retry next round, and asks again the round after', () => {
     const clock = new FakeClock(1_800_000_000_000);
     const link = grantingLink({ 1000: 0 });
@@ -271,10 +297,18 @@ describe('lease node: the decision path', () => {
     expect(mine.every((r) => r.demand === 1)).to.equal(true);
     expect(link.published).to.have.length(batches.length);
     // Without traffic a key is reported the first quiet round (its demand fading by 1/16 a round),
-    // then once every 8 rounds while its demand fades, then not at all.
+    // the round its fading demand no longer calls for what it holds (it gives that back) and the round
+    // after, then once every 8 rounds while its demand fades, then not at all.
     const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
     expect(quiet().map((r) => r.demand)).to.deep.equal([0.9375, 0.9375]); // round 1: 120/256 × 2
-    for (let round = 2; round < 8; round++) expect(quiet()).to.have.length(0);
+    const between = Array.from({ length: 6 }, quiet).flat(); // rounds 2–7
+    // Round 4 (demand 0.77 × h < 1): it gives back the 2 it held; round 5 is its first quiet round since.
+    expect(between.map((r) => [r.seq, r.windowMs, r.held, r.released])).to.have.deep.members([
+      [4, 1000, 0, 2],
+      [4, 60_000, 0, 2],
+      [5, 1000, 0, 2],
+      [5, 60_000, 0, 2],
+    ]);
     expect(quiet()).to.have.length(2); // round 8
     for (let i = 0; i < 100; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
