@@ -13,6 +13,8 @@ export class Subject {
   evicted = false;
   /** A fast-path ask across the network in flight: requests arriving meanwhile wait for its answer. */
   asking: Promise<void> | undefined = undefined;
+  /** Round in which a request was last told to retry in a round (its ask's late answer is kept for it). */
+  shortRound = -1;
 
   /**
    * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;

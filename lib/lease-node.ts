@@ -23,8 +23,8 @@ const IDLE_REPORT_ROUNDS = 8;
 
 /**
  * Node side of the leasing protocol: buckets of leased credit, decremented all-or-nothing across a
- * key's windows; first sight and exhaustion go to the owner (the fast path, once per bucket per round,
- * under a hard deadline); each round one report batch per shard. Tracks owner contact per shard for
+ * key's windows; a request the credit held cannot cover asks the owner (the fast path, under a hard
+ * deadline, rationed per round as in `settle`); each round one report batch per shard. Tracks owner contact per shard for
  * the failure states F2–F5. No timers or I/O inside: the caller drives `endRound()` and the link.
  */
 export class LeaseNode {
@@ -218,8 +218,9 @@ export class LeaseNode {
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
         b.rate256 += (b.roundDemand * 256 - b.rate256) >> 4;
-        // What it gives back is reported this round, even by a bucket that saw no request.
-        this.shed(b, now);
+        // What it gives back is reported this round, even by a bucket that saw no request. Not right
+        // after a request was told to retry in a round: a late answer's credit is kept for the retry.
+        if (this.roundNo - s.shortRound > 1) this.shed(b, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
         if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) continue;
@@ -559,6 +560,7 @@ export class LeaseNode {
     if (unavailable) return { admitted: false, window: spentName || shortName, retryAfterMs: undefined, unavailable };
     if (spent !== undefined) return { admitted: false, window: spentName, retryAfterMs: Math.max(0, spent.windowEnd - now), unavailable };
     const wait = short === undefined ? undefined : Math.min(this.cfg.roundMs, Math.max(0, short.windowEnd - now));
+    subject.shortRound = this.roundNo;
     return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable };
   }
 

@@ -70,8 +70,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
 /**
  * Per-API-key rate limiting for Express, mounted after authentication:
  * `app.use(rateLimiter({ policy, identify }))`. The decision is a memory read of leased credit; the
- * owner of each key shard is asked only on first sight or exhaustion (once per bucket per round, 1 ms
- * deadline). Any fault inside fails open for that request, unless its route class is fail-closed.
+ * owner of each key shard is asked when the credit held cannot cover a request (1 ms deadline; keys a
+ * node sees rarely hold none, so each of their requests asks). Any fault inside fails open for that request, unless its route class is fail-closed.
  */
 export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware {
   const cfg = parseOptions(options);
