@@ -384,9 +384,9 @@ export class LeaseNode {
    */
   private demandOf(b: Bucket): number {
     const demand = (b.rate256 / 256) * this.cfg.demandRounds;
-    if (b.spent === 0 || this.missed256 <= UNRELIABLE_256) return demand;
+    if (b.rate256 === 0 || this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
-    // in this window asks for what its rate says it will spend by the window's end (at least one
+    // lately asks for what its rate says it will spend by the window's end (at least one
     // request, at most HEDGE_MAX) instead of asking per request: a little credit may strand, within
     // the owner's room, rather than most such requests being refused.
     const untilEnd = ((b.rate256 / 256) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;

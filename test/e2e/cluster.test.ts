@@ -114,6 +114,25 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     expect((counts[200] ?? 0) + (counts[429] ?? 0)).to.equal(1500);
   });
 
+  it('demo-free at half its limit, round robin (5/s for 4 s): never told its window is spent', async () => {
+    // 10 per second spread over three nodes is a key each sees less than once a round: every request
+    // asks its owner. On a loaded machine some asks miss their 1 ms over Redis; such a refusal says
+    // "retry in a round", never "spent" (the figure for an idle machine is the benchmark's to show).
+    const refusals: Array<{ retryAfter: string | null; resetMs: number }> = [];
+    let admitted = 0;
+    for (let i = 0; i < 20; i++) {
+      const t0 = Date.now();
+      const res = await fetch(`${fleet.nodes[i % 3]!.url}/api/hello`, { headers: { 'x-api-key': 'demo-free' } });
+      await res.body?.cancel();
+      if (res.status === 200) admitted++;
+      else refusals.push({ retryAfter: res.headers.get('retry-after'), resetMs: Number(res.headers.get('x-ratelimit-reset-ms')) });
+      await new Promise((r) => setTimeout(r, Math.max(0, 200 - (Date.now() - t0))));
+    }
+    for (const r of refusals) expect(r.retryAfter === '0' && r.resetMs <= 25, JSON.stringify(r)).to.equal(true);
+    // A floor only: beside busy processes a third of these asks can miss (14 of 20 admitted here).
+    expect(admitted).to.be.at.least(5);
+  });
+
   it('kill -9 of the owner of the key’s shard mid-window: another node takes over and keeps enforcing, admitted ≤ 1020', async () => {
     const { key, shard } = keyFor('kill');
     const before = await drive(fleet.nodes, key, 500, (i) => i);
