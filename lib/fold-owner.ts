@@ -41,6 +41,11 @@ interface Lease {
   readonly nodeEpoch: string;
   readonly lease: number;
   issued: number;
+  /**
+   * Largest `issued` the node itself reported for this window (live reports only, not a replayed
+   * log): credit it had applied, so it cannot have granted itself credit at this window's boundary.
+   */
+  reported: number;
   grantSeq: number;
   spent: number;
   selfIssued: number;
@@ -365,6 +370,7 @@ export class FoldOwner {
     // What the node says it was issued counts too: a grant this owner's ledger missed (an earlier
     // owner's, or one from before the ledger was swept) is still committed.
     lease.issued = Math.max(lease.issued, r.issued);
+    lease.reported = Math.max(lease.reported, r.issued);
     this.absorb(nodeId, lease, r, r.selfGrant);
     lease.demand = r.demand;
     this.stats.reportsMerged++;
@@ -481,14 +487,17 @@ export class FoldOwner {
 
   /**
    * What can still be issued: the allowance less committed credit, less 1/fleet for every unsettled
-   * node (silent, or just back) that has no lease here — what it may have granted itself at this
-   * window's boundary — less the reserve unless `withReserve`.
+   * node (silent, or just back) that may have granted itself credit at this window's boundary (F4)
+   * without this owner knowing — less the reserve unless `withReserve`. A node is known not to have
+   * (or to have, and it is committed) once it reported this window with credit applied or with its
+   * self-grant. A lease alone says nothing: a node that asked ahead and was given nothing, or whose
+   * grant never arrived (Redis frozen), rolls into the window empty-handed and grants itself.
    */
   private available(l: Ledger, withReserve: boolean): number {
     const fleet = Math.max(1, this.cfg.fleet.size());
     let holdback = 0;
     for (const node of this.cfg.fleet.unsettled()) {
-      if (!l.leases.some((lease) => lease.nodeId === node)) holdback += Math.ceil(l.allowance / fleet);
+      if (!l.leases.some((lease) => lease.nodeId === node && (lease.reported > 0 || lease.selfIssued > 0))) holdback += Math.ceil(l.allowance / fleet);
     }
     // Credit already committed into the reserve (seen on replay) means the reserve is gone; in the
     // window's last two rounds it is released to anyone, since no later fast path is left to keep it for.
@@ -524,7 +533,7 @@ export class FoldOwner {
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
     for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
-    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1 };
+    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1 };
     // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
     if (l.leases.length === 0) l.leases = [lease];
     else l.leases.push(lease);

@@ -70,6 +70,30 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.onCreditRequest(small('c', 1, 8))!.issued).to.equal(3);
   });
 
+  it("holds back a silent node's possible self-grant (F4) unless it reported credit applied, not merely a lease", () => {
+    const report = (node: string, issued: number): ReportBatch => ({
+      shard: 0,
+      nodeId: node,
+      nodeEpoch: `${node}-e1`,
+      round: 1,
+      reports: [{ keyId: KEY, windowId: WID, windowMs: W, limit: 1000, lease: 1, seq: 1, spent: 0, issued, selfIssued: 0, released: 0, demand: 0, held: issued, selfGrant: false }],
+    });
+    // b asked ahead and got nothing (or its grant never arrived): it has a lease, yet it may roll
+    // into this window empty-handed and grant itself 1000 / 4 once cut off.
+    const fleet = new FixedFleet(4);
+    const o = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet, { reserveRatio: 0 }));
+    o.onReports(report('b', 0));
+    fleet.silentNodes = ['b'];
+    expect(o.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(750);
+    // c reported credit it had applied: it cannot have granted itself anything at the boundary.
+    const fleet2 = new FixedFleet(4);
+    const o2 = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet2, { reserveRatio: 0 }));
+    expect(o2.onCreditRequest(req('c', 5, 0))!.issued).to.equal(5);
+    o2.onReports(report('c', 5));
+    fleet2.silentNodes = ['c'];
+    expect(o2.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(995);
+  });
+
   it('holds back the reserve (R = 2 %) from ordinary grants', () => {
     const o = owner(1);
     expect(o.onCreditRequest(req('a', 1, 1000, false))!.issued).to.equal(980);
