@@ -149,6 +149,8 @@ export class RedisBus implements Bus {
   private graceUntil = 0;
   private graceIds: string[] = [];
   private roundBusy = false;
+  /** The last grant-log write per shard still in flight (on either command connection). */
+  private readonly logWrites = new Map<number, Promise<unknown>>();
   private inflight = 0;
   /** Ask ids start at a random point: a late answer meant for an earlier process of the same node id never matches. */
   private askSeq = Math.floor(Math.random() * 2 ** 40);
@@ -277,6 +279,7 @@ export class RedisBus implements Bus {
     const owned = [...this.owned.keys()];
     try {
       await Promise.all(owned.map((s) => this.writeSnapshot(s)));
+      await Promise.allSettled(owned.flatMap((s) => this.logWrites.get(s) ?? []));
       await this.runRound([], owned, true);
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
@@ -323,8 +326,13 @@ export class RedisBus implements Bus {
       else if (this.owned.has(s)) released.push(s);
     }
     // Stop serving a shard before giving it up: its next owner replays everything folded until now.
+    // And give it up only once its grants are on record: an ask's answer is logged on the fast-path
+    // connection, which Redis may serve after this round's script on the other one — the next owner
+    // would replay a log without that grant and issue its credit again.
     for (const s of released) this.owned.delete(s);
-    this.runRound(wanted, released, false)
+    const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
+    (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
+      .then(() => this.runRound(wanted, released, false))
       .catch((err: unknown) => {
         this.stats.roundFailures++;
         this.warn(err, 'control round failed');
@@ -689,7 +697,11 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn);
+      const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn)!;
+      this.logWrites.set(shard, write);
+      void write.finally(() => {
+        if (this.logWrites.get(shard) === write) this.logWrites.delete(shard);
+      });
     }
   }
 
@@ -749,15 +761,15 @@ export class RedisBus implements Bus {
    * skipped while Redis is out of reach or backed up; grants are always written, since a later owner
    * must know them (an owner out of reach stops issuing within its lease anyway).
    */
-  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): boolean {
+  /** Writes a stream entry; the write's promise, or undefined when a droppable one is skipped. */
+  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): Promise<unknown> | undefined {
     const mono = this.clock.monotonic();
-    if (droppable && (!withinReach(this.lastRoundOk, mono, this.opts.roundMs) || this.inflight > 4 * this.opts.shards)) return false;
+    if (droppable && (!withinReach(this.lastRoundOk, mono, this.opts.roundMs) || this.inflight > 4 * this.opts.shards)) return undefined;
     this.inflight++;
-    conn
+    return conn
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))
       .catch((err: Error) => this.warn(err, 'stream write failed'))
       .finally(() => this.inflight--);
-    return true;
   }
 
   // ---- node side --------------------------------------------------------------------------------
@@ -771,7 +783,7 @@ export class RedisBus implements Bus {
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true)) {
+    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true) !== undefined) {
       this.stats.reportsSent++;
       return true;
     }

@@ -194,8 +194,13 @@ export class FoldOwner {
         for (const r of e.batch.reports) {
           const l = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
           const lease = this.leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
-          // Counts are cumulative: even a report no newer than what is known adds what it knows.
-          if (!this.merge(e.batch.nodeId, lease, r)) {
+          // Counts are cumulative: even a report no newer than what is known adds what it knows. A
+          // replayed report (a snapshot's, written from this owner's side) proves nothing about what
+          // the node applied: `reported` stays as it was.
+          const reported = lease.reported;
+          const merged = this.merge(e.batch.nodeId, lease, r);
+          lease.reported = reported;
+          if (!merged) {
             lease.issued = Math.max(lease.issued, r.issued);
             this.absorb(e.batch.nodeId, lease, r, r.selfGrant);
           }

@@ -2,6 +2,7 @@ import { Exhaustion, type Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import { leaseTarget } from './lease-size.js';
+import { SILENT_ROUNDS } from './membership.js';
 import type { ResolvedLimits } from './policy.js';
 import { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
 import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
@@ -17,7 +18,11 @@ const MIN_RATE256 = 1;
  */
 const UNRELIABLE_256 = 13;
 /** Most requests' worth a key seen rarely on a node asks for while the fast path is unreliable. */
-const HEDGE_MAX = 4;
+const HEDGE_MAX = 3;
+/** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
+const AHEAD_ROUNDS = 2;
+/** Clock skew between nodes allowed for, in rounds (50 ms). */
+const SKEW_ROUNDS = 2;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 
@@ -223,7 +228,7 @@ export class LeaseNode {
         if (this.roundNo - s.shortRound > 1) this.shed(b, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
-        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256)) continue;
+        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256 && b.selfIssued === 0)) continue;
         keep = true;
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
@@ -232,7 +237,7 @@ export class LeaseNode {
           if (!idle) b.reportedRound = this.roundNo;
         }
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
-        if (b.windowEnd - now <= 2 * this.cfg.roundMs) {
+        if (b.windowEnd - now <= AHEAD_ROUNDS * this.cfg.roundMs) {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
         }
         b.roundDemand = 0;
@@ -349,7 +354,14 @@ export class LeaseNode {
     this.trim(b, limit);
     if (b.issued > 0) return;
     const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
-    if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence <= this.cfg.degradedAfterMs) {
+    // Only into a window that began well into the silence. Owners hold this node's possible
+    // self-grant back from SILENT_ROUNDS after its last heartbeat, but may have granted credit for a
+    // window up to AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart):
+    // credit already out before they held anything back. A window that began earlier (a first sight
+    // mid-window, a key reloaded) gets no self-grant: its requests are refused, never over-admitted.
+    const intoWindow = this.clock.now() - (b.windowEnd - windowMs);
+    const before = (AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
+    if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence - intoWindow >= before && silence <= this.cfg.degradedAfterMs) {
       // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
       // holdback covers one self-grant per node per window, not one per reload.
       const mark = `${keyId}|${windowMs}`;
@@ -387,7 +399,8 @@ export class LeaseNode {
     if (b.rate256 === 0 || this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
     // lately asks for what its rate says it will spend by the window's end (at least one
-    // request, at most HEDGE_MAX) instead of asking per request: a little credit may strand, within
+    // request, at most HEDGE_MAX: below a busy lease, so the owner's room still bounds it) instead
+    // of asking per request: a little credit may strand, within
     // the owner's room, rather than most such requests being refused.
     const untilEnd = ((b.rate256 / 256) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
     return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));

@@ -4,9 +4,11 @@
  *
  * Timeline of a member cut off after its last heartbeat at t (T = one round):
  *   t + REACH_ROUNDS·T      it counts its owners out of reach (no more heartbeats reach them)
- *   t + (REACH + 2)·T       it may grant itself credit at a window boundary (F2: two missed rounds, F4)
  *   t + SILENT_ROUNDS·T     owners count it silent and hold its possible self-grant back
- * SILENT_ROUNDS < REACH_ROUNDS + 2 keeps a round's margin: the holdback starts before any self-grant.
+ *   t + (REACH + 2)·T       it stops the fast path (F2: two missed rounds)
+ * and it grants itself credit (F4) only into a window that began at least AHEAD + SILENT + SKEW rounds
+ * (`lib/lease-node.ts`) after its last contact: by then no owner can have issued credit for that
+ * window without holding the node's share back, pre-grants asked ahead by other nodes included.
  */
 export const REACH_ROUNDS = 3;
 /** Rounds without a heartbeat after which an owner holds a member's possible self-grant back. */

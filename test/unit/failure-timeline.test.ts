@@ -74,6 +74,39 @@ describe('failure timeline F1–F5, at its exact boundaries', () => {
     expect(reports.every((r) => r.selfGrant && r.selfIssued === 50)).to.equal(true);
   });
 
+  it('F4: no self-grant into a window that began less than eight rounds into the silence (credit may be out already)', () => {
+    const { link, acquire, node, toBoundary, clock } = setup(10);
+    acquire();
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, offset), 1000, offset);
+    clock.set(end - 100); // the owner goes quiet 100 ms before the boundary: it may have pre-granted others
+    node.endRound();
+    link.up = false;
+    toBoundary();
+    node.endRound();
+    for (let i = 0; i < 10; i++) acquire(); // the new window: asks are blocked (F2), nothing granted
+    expect(node.stats.selfGrants).to.equal(0);
+    expect(node.buckets.peek(KEY)!.buckets[0]!.selfIssued).to.equal(0);
+    // The next window began a second into the silence: every owner has held this node's share back.
+    clock.advance(1000);
+    expect(acquire()).to.deep.equal({ admitted: true });
+    expect(node.stats.selfGrants).to.equal(1);
+  });
+
+  it('F4: a self-granted bucket is reported every round until its window ends, quiet or not', () => {
+    const { link, acquire, node, toBoundary, clock } = setup(10);
+    acquire();
+    link.up = false;
+    clock.advance(50);
+    toBoundary();
+    acquire(); // self-grants 50, spends 1
+    const reports: number[] = [];
+    for (let round = 0; round < 39; round++) {
+      clock.advance(25);
+      reports.push(node.endRound().flatMap((x) => x.reports).filter((r) => r.keyId === KEY && r.selfGrant).length);
+    }
+    expect(reports.every((n) => n === 1), JSON.stringify(reports)).to.equal(true);
+  });
+
   it('F4: no self-grant with owner contact (D3: ask instead), nor with a grant already made for the new window', () => {
     const s = setup(10);
     s.acquire();

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { FoldOwner } from '../../lib/fold-owner.js';
-import type { CreditRequest, Report, ReportBatch } from '../../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type Report, type ReportBatch } from '../../lib/protocol/messages.js';
 import { FakeClock } from '../../lib/clock.js';
 import { leaseTarget } from '../../lib/lease-size.js';
 import { phaseOffset, windowEndMs } from '../../lib/window.js';
@@ -92,6 +92,22 @@ describe('fold owner: the only issuer of credit', () => {
     o2.onReports(report('c', 5));
     fleet2.silentNodes = ['c'];
     expect(o2.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(995);
+  });
+
+  it("a replayed snapshot is no proof of what a node applied: the new owner still holds its share back", () => {
+    const fleet = new FixedFleet(4);
+    const o = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet, { reserveRatio: 0 }));
+    // n asked ahead with some demand and was granted 8 — a grant that never reached it.
+    const ask: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 1000, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 4, held: 0, selfGrant: false };
+    expect(o.onReports({ shard: 0, nodeId: 'n', nodeEpoch: 'n-e1', round: 1, reports: [ask] })).to.have.length(1);
+    const issuedToN = o.issued(KEY, W, WID);
+    expect(issuedToN).to.be.above(0);
+    // A new owner replays the snapshot (its reports carry the owner's view of issued) while n is silent.
+    const fleet2 = new FixedFleet(4);
+    const o2 = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet2, { reserveRatio: 0 }));
+    o2.replay(o.snapshot(shardOf(KEY, WID, 8)));
+    fleet2.silentNodes = ['n'];
+    expect(o2.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(1000 - issuedToN - 250);
   });
 
   it('holds back the reserve (R = 2 %) from ordinary grants', () => {
