@@ -29,8 +29,8 @@ const IDLE_REPORT_ROUNDS = 8;
 /**
  * Node side of the leasing protocol: buckets of leased credit, decremented all-or-nothing across a
  * key's windows; a request the credit held cannot cover asks the owner (the fast path, under a hard
- * deadline, rationed per round as in `settle`); each round one report batch per shard. Tracks owner contact per shard for
- * the failure states F2–F5. No timers or I/O inside: the caller drives `endRound()` and the link.
+ * deadline, rationed per round as in `settle`); each round one report batch per shard. Tracks owner
+ * contact per shard for the failure states F2–F5. No timers or I/O inside: the caller drives `endRound()` and the link.
  */
 export class LeaseNode {
   readonly buckets: BucketMap;
@@ -398,17 +398,11 @@ export class LeaseNode {
     const demand = (b.rate256 / 256) * this.cfg.demandRounds;
     if (b.rate256 === 0 || this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
-    // lately asks for what its rate says it will spend by the window's end (at least one
-    // request, at most HEDGE_MAX: below a busy lease, so the owner's room still bounds it) instead
-    // of asking per request: a little credit may strand, within
-    // the owner's room, rather than most such requests being refused.
+    // lately asks for what its rate says it will spend by the window's end — at least one request,
+    // at most HEDGE_MAX, below a busy lease so the owner's room bounds it — instead of asking per
+    // request: a little credit may strand rather than most such requests being refused.
     const untilEnd = ((b.rate256 / 256) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
     return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));
-  }
-
-  /** Whether remote asks have been missing their deadline often lately (the hedge in `demandOf`). */
-  get fastPathUnreliable(): boolean {
-    return this.missed256 > UNRELIABLE_256;
   }
 
   private noteAsk(missed: boolean): void {
@@ -435,7 +429,7 @@ export class LeaseNode {
       const recheck = (): Acquired => this.recheck(subject, cost);
       return subject.asking.then(recheck, recheck);
     }
-    const sent = this.ask(subject, cost, this.cfg.fastPathDeadlineMs);
+    const sent = this.ask(subject, cost);
     if (!('requests' in sent)) return sent;
     const { requests, answer, blocked, remote } = sent;
     if (!isPromise(answer)) {
@@ -461,10 +455,10 @@ export class LeaseNode {
   }
 
   /**
-   * Asks the owners of every window short of `cost` for it, within `deadlineMs`: the requests and the
-   * answer (a promise across the network), or a denial when no window may ask now.
+   * Asks the owners of every window short of `cost` for it: the requests and the answer (a promise
+   * across the network, settled by the hard deadline), or a denial when no window may ask now.
    */
-  private ask(subject: Subject, cost: number, deadlineMs: number): Denied | { requests: CreditRequest[]; answer: readonly Grant[] | Promise<readonly Grant[] | undefined>; blocked: boolean; remote: boolean } {
+  private ask(subject: Subject, cost: number): Denied | { requests: CreditRequest[]; answer: readonly Grant[] | Promise<readonly Grant[] | undefined>; blocked: boolean; remote: boolean } {
     const windows = subject.limits.windows;
     const requests: CreditRequest[] = [];
     // A short window that cannot ask now dooms this request, but the others still ask (once per
@@ -507,7 +501,7 @@ export class LeaseNode {
     }
     if (requests.length === 0) return this.deny(subject, cost, false);
     this.stats.fastPath++;
-    const answer = this.link.requestCredit(requests, deadlineMs);
+    const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
     if (answer === undefined) {
       if (remote) this.noteAsk(true);
       return this.deny(subject, cost, false);
