@@ -415,6 +415,7 @@ export class LeaseNode {
    * round's report and can issue it where requests are.
    */
   private shed(b: Bucket, now: number): void {
+    if (b.credit <= 0) return;
     const keep = leaseTarget(this.demandOf(b), (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
     if (b.credit > 2 * keep) {
       b.released += b.credit - keep;
