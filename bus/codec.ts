@@ -49,6 +49,16 @@ export interface Bodies {
   ask: { id: number; nodeId: string; nodeEpoch: string; requests: CreditRequest[] };
   /** Owner messages to one node; `re` names the ask they answer, 0 for none. */
   messages: { re: number; nodeId: string; messages: OwnerMessage[] };
+  /** Where a node process takes fast-path asks directly (TCP): its record in Redis and its greeting. */
+  peer: PeerAddress;
+}
+
+/** A node process's fast-path listener. */
+export interface PeerAddress {
+  nodeId: string;
+  nodeEpoch: string;
+  host: string;
+  port: number;
 }
 
 export type EnvelopeType = keyof Bodies;
@@ -152,6 +162,7 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000) }),
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
+  peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
 };
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
@@ -160,6 +171,7 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', grantRec.encode(e.grant)])) }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
+  peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),
 };
 
 /**

@@ -24,6 +24,13 @@ export interface RedisConnectionOptions {
   snapshotMs?: number;
   /** Cap on a shard stream's length, a safety net behind trimming by age. @default 100000 */
   maxStreamLength?: number;
+  /**
+   * The fast path's direct channel: each process listens on `host:port` (port 0: any free one) and
+   * advertises `advertise:<port>` in Redis; the others send it their asks over TCP, HMAC-sealed like
+   * the bus. `false`: asks go over Redis pub/sub only. The Redis channel is also the fallback while
+   * a connection is not up. @default { host: '127.0.0.1', port: 0, advertise: host (or the machine's hostname when host is 0.0.0.0 or ::) }
+   */
+  fastPath?: false | { host?: string; port?: number; advertise?: string };
 }
 
 /** An ioredis client (or Cluster client) for these connection options. */

@@ -5,7 +5,10 @@ import type { FleetView } from '../lib/fold-owner.js';
 import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, unsettled, withinReach, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { EnvelopeCodec, EnvelopeError, type Envelope, type EnvelopeFields, type RejectReason } from './codec.js';
+import { hostname } from 'node:os';
+import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
+import { FastPath, type FastPathStats } from './fast-path.js';
+import { PeerLink } from './peer-link.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
@@ -28,6 +31,10 @@ const GROUP = 'owners';
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
 const WARM_UP_KEY = 'warm-up';
 const READ_COUNT = 500;
+/** Rounds between refreshes of the fast-path address records (each process's own, and the others'). */
+const PEER_EVERY_ROUNDS = 40;
+/** A process's address record lapses this many rounds after its last refresh. */
+const PEER_TTL_ROUNDS = 4 * PEER_EVERY_ROUNDS;
 
 const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
 const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
@@ -70,24 +77,8 @@ interface Member extends Presence {
   epoch: string;
 }
 
-/** Fast-path asks to several owners for one request: settled when all answered or at the deadline. */
-interface AskGroup {
-  remaining: number;
-  readonly grants: Grant[];
-  missed: boolean;
-  readonly start: number;
-  readonly deadlineMs: number;
-  /** A warm-up ask: not counted in the fast-path figures. */
-  readonly probe: boolean;
-  /** Settled (all answered, or expired). */
-  done: boolean;
-  readonly ids: number[];
-  timer?: NodeJS.Timeout;
-  readonly resolve: (g: readonly Grant[] | undefined) => void;
-}
-
 /** Counters of the Redis bus (metrics, tests, the benchmark). */
-export interface RedisBusStats {
+export interface RedisBusStats extends FastPathStats {
   rounds: number;
   roundFailures: number;
   reportsSent: number;
@@ -95,10 +86,7 @@ export interface RedisBusStats {
   entriesFolded: number;
   rejected: Record<RejectReason | 'fold', number>;
   deadLettered: number;
-  asksSent: number;
   asksServed: number;
-  answersLate: number;
-  fastPathTimeouts: number;
   messagesSent: number;
   /** Owner messages dropped because a newer owner holds their shard. */
   staleMessages: number;
@@ -124,7 +112,7 @@ export class RedisBus implements Bus {
   readonly stats: RedisBusStats = {
     rounds: 0, roundFailures: 0, reportsSent: 0, reportsSkipped: 0, entriesFolded: 0,
     rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 }, deadLettered: 0,
-    asksSent: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, takeovers: 0, snapshots: 0,
+    asksSent: 0, asksDirect: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, takeovers: 0, snapshots: 0,
   };
   private readonly redis: Client;
   private readonly reader: Client;
@@ -149,18 +137,21 @@ export class RedisBus implements Bus {
   private graceUntil = 0;
   private graceIds: string[] = [];
   private roundBusy = false;
-  /** The last grant-log write per shard still in flight (on either command connection). */
+  /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
   private readonly logWrites = new Map<number, Promise<unknown>>();
   private inflight = 0;
-  /** Ask ids start at a random point: a late answer meant for an earlier process of the same node id never matches. */
-  private askSeq = Math.floor(Math.random() * 2 ** 40);
   /** Highest owner epoch seen on any shard: a claim never goes below it, whatever Redis's clock says. */
   private maxEpoch = 0;
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
-  private readonly asks = new Map<number, AskGroup>();
+  private readonly fastPath: FastPath;
+  /** The fast path's direct channel; undefined when `fastPath: false`. */
+  private readonly link?: PeerLink;
+  /** Other processes' fast-path listeners, as last read from Redis, by node id. */
+  private readonly peers = new Map<string, PeerAddress>();
+  /** This process's own record (sealed), once its listener is up. */
+  private peerRecord?: string;
+  private peersReadAt = Number.NEGATIVE_INFINITY;
   private readonly warned = new Map<string, number>();
-  private readonly rtts = new Float64Array(4096);
-  private rttCount = 0;
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -182,6 +173,19 @@ export class RedisBus implements Bus {
     this.fast = connect(opts, { commandTimeout: 2000 });
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
+    this.fastPath = new FastPath({
+      stats: this.stats,
+      send: (owner, ask) => this.sendAsk(owner, ask),
+      deliver: (m) => this.deliver?.(m),
+      current: (messages) => this.current(messages),
+      nodeEpoch: () => this.identity!.nodeEpoch,
+    });
+    if (opts.fastPath !== false) {
+      this.link = new PeerLink(this.codec, {
+        onFrame: (frame, reply) => this.onFrame(frame, reply),
+        onProblem: (err, what) => this.warn(err, what),
+      });
+    }
     this.readyPromise = new Promise((resolve, reject) => {
       this.readyResolve = resolve;
       this.readyReject = reject;
@@ -197,6 +201,7 @@ export class RedisBus implements Bus {
     this.deliver = onMessage;
     this.onOwnersChanged = onOwnersChanged;
     void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
+    this.listen(node);
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
       publish: (batch) => this.publish(batch),
@@ -238,12 +243,12 @@ export class RedisBus implements Bus {
    * last 4096, or over those answered after the first `since` (a count read earlier).
    */
   fastPathRtt(since = 0): { count: number; p50: number; p99: number } {
-    const n = Math.min(this.rttCount - since, this.rtts.length);
-    const sorted: number[] = [];
-    for (let i = this.rttCount - n; i < this.rttCount; i++) sorted.push(this.rtts[i % this.rtts.length]!);
-    sorted.sort((a, b) => a - b);
-    const at = (q: number): number => (n === 0 ? Number.NaN : sorted[Math.min(n - 1, Math.floor(q * n))]!);
-    return { count: this.rttCount, p50: at(0.5), p99: at(0.99) };
+    return this.fastPath.rtt(since);
+  }
+
+  /** Where this process takes fast-path asks directly; undefined before its listener is up, or with `fastPath: false`. */
+  fastPathAddress(): PeerAddress | undefined {
+    return this.peerRecord === undefined ? undefined : (this.codec.open(EnvelopeCodec.fromJson(this.peerRecord)).body as PeerAddress);
   }
 
   /**
@@ -275,9 +280,11 @@ export class RedisBus implements Bus {
     this.closed = true;
     this.readyReject?.(new Error('the bus was closed before it was ready'));
     this.readyResolve = undefined;
-    for (const a of [...this.asks.values()]) this.finish(a, false);
+    this.fastPath.close();
+    this.link?.close();
     const owned = [...this.owned.keys()];
     try {
+      if (this.peerRecord !== undefined) await this.redis.del(this.peerKey(this.identity!.nodeId));
       await Promise.all(owned.map((s) => this.writeSnapshot(s)));
       await Promise.allSettled(owned.flatMap((s) => this.logWrites.get(s) ?? []));
       await this.runRound([], owned, true);
@@ -304,6 +311,10 @@ export class RedisBus implements Bus {
 
   private channel(nodeId: string): string {
     return `${this.prefix}:node:${nodeId}`;
+  }
+
+  private peerKey(nodeId: string): string {
+    return this.ctl(`peer:${nodeId}`);
   }
 
   private get consumer(): string {
@@ -340,8 +351,11 @@ export class RedisBus implements Bus {
       .finally(() => (this.roundBusy = false));
     this.snapshots(mono);
     this.claimStranded();
-    const now = performance.now();
-    for (const [id, a] of this.asks) if (a.done && now - a.start > 1000) this.asks.delete(id);
+    this.fastPath.sweep();
+    if (this.stats.rounds % PEER_EVERY_ROUNDS === 0) {
+      this.publishPeer();
+      void this.readPeers();
+    }
   }
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
@@ -659,33 +673,49 @@ export class RedisBus implements Bus {
 
   // ---- owner messages, the grant log and snapshots ----------------------------------------------
 
-  /** Sends owner messages: to this node directly, to others on their channel; grants also to the log. */
-  private route(messages: readonly OwnerMessage[], re = 0, to?: string): void {
+  /**
+   * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
+   * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log
+   * first, and out only once the log has them: a later owner replays the log, and must not issue
+   * that credit again. A grant the log could not take is withheld (the ledger counts it issued, which
+   * costs accuracy, never safety).
+   */
+  private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
     const byNode = new Map<string, OwnerMessage[]>();
-    if (to !== undefined) byNode.set(to, []);
+    if (answer !== undefined) byNode.set(answer.to, []);
     for (const m of messages) {
       const list = byNode.get(m.nodeId);
       if (list === undefined) byNode.set(m.nodeId, [m]);
       else list.push(m);
     }
-    // The log first, on the same connection: a grant is on record before any node can spend it.
     // An ask's answer takes the connection that is not auto-pipelined (no wait for the next turn).
-    const conn = to === undefined ? this.redis : this.fast;
-    this.logGrants(messages, conn);
+    const conn = answer === undefined ? this.redis : this.fast;
+    const logged = this.logGrants(messages, conn);
     for (const [nodeId, list] of byNode) {
-      if (nodeId === this.identity?.nodeId && nodeId !== to) {
+      const asker = nodeId === answer?.to;
+      if (nodeId === this.identity?.nodeId && !asker) {
         for (const m of list) this.deliver?.(m);
         continue;
       }
-      this.stats.messagesSent++;
-      conn
-        .publish(this.channel(nodeId), EnvelopeCodec.toJson(this.codec.seal('messages', { re: nodeId === to ? re : 0, nodeId, messages: list })))
-        .catch((err: Error) => this.warn(err, 'publish failed'));
+      const send = (out: OwnerMessage[], re: number): void => {
+        const frame = EnvelopeCodec.toJson(this.codec.seal('messages', { re, nodeId, messages: out }));
+        this.stats.messagesSent++;
+        if (asker && answer.reply !== undefined) answer.reply(frame);
+        else conn.publish(this.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
+      };
+      const re = asker ? answer.re : 0;
+      if (!list.some((m) => m.type === 'grant')) send(list, re);
+      else {
+        void logged.then((ok) => {
+          const rest = ok ? list : list.filter((m) => m.type !== 'grant');
+          if (ok || rest.length > 0) send(rest, ok ? re : 0);
+        });
+      }
     }
   }
 
-  /** Appends grants to their shards' logs, one entry per shard. */
-  private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): void {
+  /** Appends grants to their shards' logs, one entry per shard; resolves with whether every write succeeded. */
+  private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
     const grants = new Map<number, Grant[]>();
     for (const m of messages) {
       if (m.type !== 'grant') continue;
@@ -694,15 +724,21 @@ export class RedisBus implements Bus {
       if (g === undefined) grants.set(s, [m]);
       else g.push(m);
     }
+    const writes: Array<Promise<boolean>> = [];
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
       const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn)!;
-      this.logWrites.set(shard, write);
-      void write.finally(() => {
-        if (this.logWrites.get(shard) === write) this.logWrites.delete(shard);
+      writes.push(write);
+      // Writes go on two connections, so a later one may finish first: wait for all of them.
+      const prev = this.logWrites.get(shard);
+      const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
+      this.logWrites.set(shard, pending);
+      void pending.finally(() => {
+        if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
       });
     }
+    return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
   }
 
   /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */
@@ -757,18 +793,24 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * XADD without waiting. With `droppable` (reports: cumulative, the next one makes up for it) it is
-   * skipped while Redis is out of reach or backed up; grants are always written, since a later owner
-   * must know them (an owner out of reach stops issuing within its lease anyway).
+   * XADD without waiting: resolves with whether it was written, or is undefined when skipped. With
+   * `droppable` (reports: cumulative, the next one makes up for it) it is skipped while Redis is out
+   * of reach or backed up; grants are always written, since a later owner must know them (an owner
+   * out of reach stops issuing within its lease anyway).
    */
-  /** Writes a stream entry; the write's promise, or undefined when a droppable one is skipped. */
-  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): Promise<unknown> | undefined {
+  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): Promise<boolean> | undefined {
     const mono = this.clock.monotonic();
     if (droppable && (!withinReach(this.lastRoundOk, mono, this.opts.roundMs) || this.inflight > 4 * this.opts.shards)) return undefined;
     this.inflight++;
     return conn
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))
-      .catch((err: Error) => this.warn(err, 'stream write failed'))
+      .then(
+        () => true,
+        (err: Error) => {
+          this.warn(err, 'stream write failed');
+          return false;
+        },
+      )
       .finally(() => this.inflight--);
   }
 
@@ -793,7 +835,7 @@ export class RedisBus implements Bus {
 
   /**
    * The fast path: requests for shards this node serves are answered in process; the others go to
-   * their owners' channels, and the answer counts only if it is back within `deadlineMs`.
+   * their owners (directly, or over Redis), and the answer counts only if it is back within `deadlineMs`.
    */
   private requestCredit(requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined> {
     if (this.closed) return undefined;
@@ -821,35 +863,64 @@ export class RedisBus implements Bus {
       else list.push(r);
     }
     if (remote.size === 0) return missed ? this.apply(local) : local;
-    return this.ask(remote, local, missed, deadlineMs);
+    return this.fastPath.ask(this.identity!.nodeId, remote, local, missed, deadlineMs);
   }
 
-  /** Sends asks to remote owners; settles with every grant once all answered, or undefined at the deadline. */
-  private ask(remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
-    return new Promise((resolve) => {
-      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), deadlineMs, probe, done: false, ids: [], resolve };
-      for (const [owner, list] of remote) {
-        const id = ++this.askSeq;
-        group.ids.push(id);
-        this.asks.set(id, group);
-        if (!probe) this.stats.asksSent++;
-        this.fast
-          .publish(this.channel(owner), EnvelopeCodec.toJson(this.codec.seal('ask', { id, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, requests: list })))
-          .catch(() => undefined);
-      }
-      // Node's timers count from the loop's cached time, so one may fire early; until the deadline has
-      // really passed, look again after each turn of the loop (which is when an answer is read).
-      const expire = (): void => {
-        if (group.done) return;
-        if (performance.now() - group.start < deadlineMs) {
-          setImmediate(expire);
-          return;
-        }
-        if (!probe) this.stats.fastPathTimeouts++;
-        this.finish(group, false);
-      };
-      group.timer = setTimeout(expire, deadlineMs);
-    });
+  /**
+   * An ask to an owner: over the direct channel when a connection to the owner's current process is
+   * up, else on its Redis channel (and a connection is started for the next one).
+   */
+  private sendAsk(owner: string, ask: Bodies['ask']): boolean {
+    const frame = EnvelopeCodec.toJson(this.codec.seal('ask', ask));
+    const peer = this.peers.get(owner);
+    if (peer !== undefined && peer.nodeEpoch === this.members.get(owner)?.epoch && this.link?.send(peer, frame)) return true;
+    if (peer === undefined) void this.readPeers(true);
+    this.fast.publish(this.channel(owner), frame).catch(() => undefined);
+    return false;
+  }
+
+  /** Starts the fast-path listener (unless `fastPath: false`) and publishes where it is. */
+  private listen(node: NodeIdentity): void {
+    if (this.link === undefined) return;
+    const fp = this.opts.fastPath || {};
+    const host = fp.host ?? '127.0.0.1';
+    const advertise = fp.advertise ?? (host === '0.0.0.0' || host === '::' ? hostname() : host);
+    this.link
+      .listen(node, host, fp.port ?? 0, advertise)
+      .then((addr) => {
+        if (this.closed) return;
+        this.peerRecord = EnvelopeCodec.toJson(this.codec.seal('peer', addr));
+        this.publishPeer();
+      })
+      .catch((err: unknown) => this.warn(err, `fast-path listener could not start on ${host}:${fp.port ?? 0}; asks to this node go over Redis`));
+  }
+
+  /** Refreshes this process's listener record (it expires unless refreshed, so a dead process's goes away). */
+  private publishPeer(): void {
+    if (this.peerRecord === undefined || this.closed) return;
+    this.redis.set(this.peerKey(this.identity!.nodeId), this.peerRecord, 'PX', PEER_TTL_ROUNDS * this.opts.roundMs).catch((err: Error) => this.warn(err, 'fast-path address not published'));
+  }
+
+  /**
+   * Reads the other members' listener records; each must be sealed with the bus secret and name the
+   * node it is stored under. `soon`: an owner had none, so read now unless read within a round.
+   */
+  private async readPeers(soon = false): Promise<void> {
+    const now = this.clock.monotonic();
+    if (this.link === undefined || this.closed || (soon && now - this.peersReadAt < this.opts.roundMs)) return;
+    this.peersReadAt = now;
+    const ids = [...this.members.keys()].filter((id) => id !== this.identity?.nodeId);
+    if (ids.length === 0) return;
+    try {
+      const records = await this.redis.mget(...ids.map((id) => this.peerKey(id)));
+      ids.forEach((id, i) => {
+        const env = records[i] == null ? undefined : this.tryOpen(EnvelopeCodec.fromJson(records[i]!));
+        if (env?.t === 'peer' && env.body.nodeId === id) this.peers.set(id, env.body);
+        else this.peers.delete(id);
+      });
+    } catch (err) {
+      this.warn(err, 'fast-path addresses not read');
+    }
   }
 
   /**
@@ -857,6 +928,7 @@ export class RedisBus implements Bus {
    * and the owners' handlers are warm when the first real ask races its 1 ms deadline.
    */
   private async warmUp(): Promise<void> {
+    await this.readPeers();
     let w = 0;
     for (let i = 0; i < 20 && !this.closed; i++) {
       const owners = new Map<string, CreditRequest[]>();
@@ -870,7 +942,7 @@ export class RedisBus implements Bus {
         owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
       }
       if (owners.size === 0) return;
-      await this.ask(owners, [], false, 20, true);
+      await this.fastPath.ask(this.identity!.nodeId, owners, [], false, 20, true);
     }
   }
 
@@ -880,35 +952,42 @@ export class RedisBus implements Bus {
     return undefined;
   }
 
-  private finish(group: AskGroup, answered: boolean): void {
-    if (group.done) return;
-    group.done = true;
-    clearTimeout(group.timer);
-    // Its ids stay a second longer, so a late answer still has its round trip measured.
-    if (answered && !group.missed) group.resolve(group.grants);
-    else group.resolve(this.apply(group.grants));
+  /** A message on this node's Redis channel: an ask (as an owner) or owner messages (as a node). */
+  private onChannel(raw: string): void {
+    try {
+      this.onFrame(raw);
+    } catch {
+      // counted and logged by onFrame
+    }
   }
 
-  /** A message on this node's channel: an ask (as an owner) or owner messages (as a node). */
-  private onChannel(raw: string): void {
+  /**
+   * An envelope from Redis pub/sub or the direct channel (`reply` answers on that connection). One
+   * that does not open, or cannot be applied, is counted, logged and thrown: the direct channel
+   * closes a connection that sends one.
+   */
+  private onFrame(raw: string, reply?: (frame: string) => void): void {
     let env: Envelope;
     try {
       env = this.codec.open(EnvelopeCodec.fromJson(raw));
     } catch (err) {
       this.stats.rejected[err instanceof EnvelopeError ? err.reason : 'malformed']++;
       this.warn(err, 'bus message rejected');
-      return;
+      throw err;
     }
     try {
-      if (env.t === 'ask') this.serveAsk(env.body);
+      if (env.t === 'ask') this.serveAsk(env.body, reply);
       else if (env.t === 'messages') this.onMessages(env.body);
+      else throw new EnvelopeError('malformed', `t: a ${env.t} envelope is not a message`);
     } catch (err) {
       this.stats.rejected.fold++;
       this.warn(err, 'bus message could not be applied');
+      throw err;
     }
   }
 
-  private serveAsk(ask: { id: number; nodeId: string; requests: CreditRequest[] }): void {
+  /** Answers an ask, on the connection it came by (`reply`) or over Redis. */
+  private serveAsk(ask: Bodies['ask'], reply?: (frame: string) => void): void {
     const grants: OwnerMessage[] = [];
     let all = true;
     for (const r of ask.requests) {
@@ -920,32 +999,12 @@ export class RedisBus implements Bus {
       if (g !== undefined) grants.push(g);
     }
     this.stats.asksServed++;
-    this.route([...grants, ...this.owner!.takeOutbox()], all ? ask.id : 0, ask.nodeId);
+    this.route([...grants, ...this.owner!.takeOutbox()], { re: all ? ask.id : 0, to: ask.nodeId, reply });
   }
 
-  private onMessages(body: { re: number; nodeId: string; messages: OwnerMessage[] }): void {
+  private onMessages(body: Bodies['messages']): void {
     if (body.nodeId !== this.identity?.nodeId) return;
-    const group = body.re === 0 ? undefined : this.asks.get(body.re);
-    if (group === undefined) {
-      for (const m of this.current(body.messages)) this.deliver?.(m);
-      return;
-    }
-    this.asks.delete(body.re);
-    const rtt = performance.now() - group.start;
-    if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = rtt;
-    if (group.done || rtt > group.deadlineMs) {
-      // Too late for its request — the deadline is hard — but the credit is kept for the next one.
-      if (!group.probe) this.stats.answersLate++;
-      for (const m of this.current(body.messages)) this.deliver?.(m);
-      if (!group.done && !group.probe) this.stats.fastPathTimeouts++;
-      this.finish(group, false);
-      return;
-    }
-    for (const m of this.current(body.messages)) {
-      if (m.type === 'grant' && m.nodeEpoch === this.identity.nodeEpoch) group.grants.push(m);
-      else this.deliver?.(m);
-    }
-    if (--group.remaining === 0) this.finish(group, true);
+    if (!this.fastPath.answer(body.re, body.messages)) for (const m of this.current(body.messages)) this.deliver?.(m);
   }
 
   /** Drops messages from an owner older than the one the table names for their shard (a deposed owner). */

@@ -17,7 +17,7 @@ export interface MetricSources {
 
 /** Bus counters some transports keep (the Redis bus does); read if present. */
 interface BusStats {
-  readonly stats?: { rejected?: Record<string, number>; staleMessages?: number };
+  readonly stats?: { rejected?: Record<string, number>; staleMessages?: number; asksSent?: number; asksDirect?: number };
 }
 
 /** Seconds, from 1 µs (a decision from held credit) to 25 ms (a fast path that waited). */
@@ -75,6 +75,19 @@ export class LimiterMetrics {
         const bus = (src.bus as unknown as BusStats).stats;
         for (const [reason, n] of Object.entries(bus?.rejected ?? {})) this.inc({ reason }, n);
         this.inc({ reason: 'stale_owner' }, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch);
+      },
+    });
+    new Counter({
+      name: 'fleet_ratelimit_fast_path_asks_total',
+      help: 'Asks sent to remote shard owners, by how they travelled: direct (the TCP channel) or redis (pub/sub, the fallback).',
+      labelNames: ['transport'],
+      registers: [r],
+      collect() {
+        this.reset();
+        const bus = (src.bus as unknown as BusStats).stats;
+        if (bus?.asksSent === undefined) return;
+        this.inc({ transport: 'direct' }, bus.asksDirect ?? 0);
+        this.inc({ transport: 'redis' }, bus.asksSent - (bus.asksDirect ?? 0));
       },
     });
     new Gauge({

@@ -124,6 +124,11 @@ const schema = Joi.object({
     }).required(),
     snapshotMs: Joi.number().integer().min(100).max(60_000),
     maxStreamLength: Joi.number().integer().min(1000),
+    fastPath: Joi.object({
+      host: Joi.string().hostname(),
+      port: Joi.number().integer().min(0).max(65535),
+      advertise: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/),
+    }).allow(false),
   }).oxor('url', 'clusterNodes'),
   shards: Joi.number().integer().min(1).max(4096).default(64),
   maxBuckets: Joi.number().integer().min(16).default(50_000),

@@ -89,6 +89,13 @@ describe('rateLimiter middleware', () => {
     } catch (err) {
       expect((err as ConfigError).problems.map((p) => p.path)).to.deep.equal(['redis.busSecret.versions[0].secret']);
     }
+    try {
+      const fastPath = { host: 'not a host', port: 70_000, advertise: 'gw 1' };
+      rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, redis: { busSecret: { versions: [{ version: 'b1', secret: 'sixteen-bytes-or-more' }] }, fastPath } });
+      expect.fail('should throw');
+    } catch (err) {
+      expect((err as ConfigError).problems.map((p) => p.path)).to.have.members(['redis.fastPath.host', 'redis.fastPath.port', 'redis.fastPath.advertise']);
+    }
   });
 
   it('takes numeric account ids, and a falsy identity as an anonymous caller', async () => {

@@ -1,0 +1,143 @@
+import { expect } from 'chai';
+import { connect } from 'node:net';
+import type { Redis } from 'ioredis';
+import { EnvelopeCodec } from '../../bus/codec.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowIdAt } from '../../lib/window.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { BUS_SECRET, client, joinRedisFleet, limits, SHARDS, until, type Member } from '../support/redis-members.js';
+
+const WINDOW_MS = 60_000;
+const codec = new EnvelopeCodec(BUS_SECRET.versions);
+
+function placeOf(keyId: string): { windowId: number; shard: number } {
+  const windowId = windowIdAt(Date.now(), WINDOW_MS, phaseOffset(keyId, WINDOW_MS));
+  return { windowId, shard: shardOf(keyId, windowId, SHARDS) };
+}
+
+/** Key ids whose current window `owner` owns, as `asker` sees the table. */
+function keysOwnedBy(asker: Member, owner: string, salt: string): () => string {
+  let i = 0;
+  return () => {
+    for (; i < 100_000; i++) {
+      const keyId = `v1:${`${salt}${i}`.padStart(22, 'f')}`;
+      if (asker.bus.owners()[placeOf(keyId).shard]?.owner === owner) {
+        i++;
+        return keyId;
+      }
+    }
+    throw new Error(`no key lands on a shard of ${owner}`);
+  };
+}
+
+/** Grants logged in a shard's log for `keyId`. */
+async function loggedGrants(raw: Redis, prefix: string, keyId: string): Promise<number> {
+  let n = 0;
+  for (const [, flat] of await raw.xrange(`${prefix}:{s${placeOf(keyId).shard}}:log`, '-', '+')) {
+    const env = codec.open(EnvelopeCodec.fromStream(flat));
+    if (env.t === 'grants') n += env.body.grants.filter((g) => g.keyId === keyId).length;
+  }
+  return n;
+}
+
+describe('Fast path over its direct channel (real redis-server)', function () {
+  this.timeout(30_000);
+  let redis: RedisProcess;
+  let raw: Redis;
+  let prefix: string;
+  let n = 0;
+  const members: Member[] = [];
+  const join = (id: string, fastPath?: false): Member => {
+    const m = joinRedisFleet(redis.url, prefix, id, 30_000, fastPath === false ? { fastPath: false } : {});
+    members.push(m);
+    return m;
+  };
+  /** Two members that both own shards, `a` asking `b`. */
+  const pair = async (bFastPath?: false): Promise<[Member, Member]> => {
+    const a = join('a');
+    const b = join('b', bFastPath);
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    await until(() => a.bus.ownedShards().length > 0 && b.bus.ownedShards().length > 0, 'both to own shards');
+    return [a, b];
+  };
+
+  before(async () => {
+    redis = await startRedis();
+    raw = client(redis.url);
+  });
+  beforeEach(() => {
+    prefix = `fp${++n}`;
+  });
+  afterEach(async () => {
+    await Promise.all(members.splice(0).map((m) => m.stop()));
+  });
+  after(async () => {
+    raw?.disconnect();
+    await redis?.stop();
+  });
+
+  it('asks go to the owner over TCP once connected, and the answer comes only after its grant is in the log', async function () {
+    if (redis.external) this.skip(); // pauses the server
+    const [a, b] = await pair();
+    const next = keysOwnedBy(a, 'b', 'tcp');
+    // The warm-up has opened the connection: asks go direct.
+    await until(() => {
+      void a.node.acquire(next(), limits(100));
+      return a.bus.stats.asksDirect > 0;
+    }, 'an ask over the direct channel');
+    // With Redis refusing writes, the owner cannot log the grant: the answer waits, the ask misses.
+    const keyId = next();
+    const direct = a.bus.stats.asksDirect;
+    const applied = a.node.stats.grantsApplied;
+    await raw.call('CLIENT', 'PAUSE', '300', 'WRITE');
+    const r = await a.node.acquire(keyId, limits(100));
+    expect(a.bus.stats.asksDirect).to.equal(direct + 1);
+    expect(r.admitted).to.equal(false);
+    await new Promise((res) => setTimeout(res, 150));
+    expect(a.node.stats.grantsApplied, 'grants applied before the log has them').to.equal(applied);
+    expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
+    // Once Redis takes writes again the grant is logged, then delivered (late, kept for the next request).
+    await until(() => a.node.stats.grantsApplied > applied, 'the late grant to land', 3000);
+    expect(await loggedGrants(raw, prefix, keyId)).to.be.at.least(1);
+    expect(a.bus.stats.answersLate).to.be.at.least(1);
+  });
+
+  it('falls back to Redis pub/sub for an owner that takes no direct asks, with the same answers', async () => {
+    const [a, b] = await pair(false);
+    expect(b.bus.fastPathAddress()).to.equal(undefined);
+    expect(a.bus.fastPathAddress()?.port).to.be.above(0);
+    const next = keysOwnedBy(a, 'b', 'ps');
+    const keyId = next();
+    const r = await a.node.acquire(keyId, limits(100));
+    // Answered in time (admitted), or late on a busy machine: the grant lands either way.
+    await until(() => a.node.stats.grantsApplied > 0, 'the grant to land');
+    expect(r.admitted || a.bus.stats.answersLate > 0).to.equal(true);
+    expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
+    expect(a.bus.stats.asksSent).to.be.at.least(1);
+    expect(a.bus.stats.asksDirect).to.equal(0);
+  });
+
+  it('a connection that sends a forged ask is closed, counted, and issues nothing', async () => {
+    const [a, b] = await pair();
+    const next = keysOwnedBy(a, 'b', 'forged');
+    const keyId = next();
+    const { windowId } = placeOf(keyId);
+    const addr = b.bus.fastPathAddress()!;
+    const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
+    const ask = { id: 1, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 50, demand: 50, fastPath: true }] };
+    const s = connect(addr.port, addr.host);
+    let greeting = '';
+    let closed = false;
+    s.setEncoding('utf8');
+    s.on('data', (d: string) => (greeting += d));
+    s.on('close', () => (closed = true));
+    s.on('error', () => undefined);
+    await until(() => greeting.includes('\n'), 'the greeting');
+    const hello = codec.open(EnvelopeCodec.fromJson(greeting.trim()));
+    expect(hello).to.deep.include({ t: 'peer', body: { nodeId: 'b', nodeEpoch: b.nodeEpoch, host: addr.host, port: addr.port } });
+    s.write(`${EnvelopeCodec.toJson(forger.seal('ask', ask))}\n`);
+    await until(() => closed, 'the connection to be closed');
+    expect(b.bus.stats.rejected.mac).to.equal(1);
+    expect(b.owner.issued(keyId, WINDOW_MS, windowId)).to.equal(0);
+  });
+});
