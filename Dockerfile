@@ -24,7 +24,7 @@ COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist
 COPY demo/policy.json demo/policy.json
 USER node
-EXPOSE 3000 3001
+EXPOSE 3000 3001 7000
 # /healthz on the gateway's PORT, or the admin API's ADMIN_PORT when that is set.
 HEALTHCHECK --interval=5s --timeout=2s --start-period=15s --retries=5 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.ADMIN_PORT || process.env.PORT || 3000) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

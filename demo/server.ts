@@ -10,7 +10,9 @@ import { createDemoApp } from './app.js';
  * REDIS_CLUSTER_NODES), one node of a fleet sharing every allowance over Redis; then KEY_HASH_SECRET
  * and BUS_SECRET must be set, the same on every node. Environment: PORT (3000), NODE_ID
  * (hostname-pid), POLICY_FILE (demo/policy.json), REDIS_PREFIX (frl), DEGRADED_AFTER_MS (30000),
- * LOG_LEVEL (info). The server listens once the node reaches every shard's owner.
+ * LOG_LEVEL (info), and for the fast path's direct channel FAST_PATH_HOST (127.0.0.1), FAST_PATH_PORT
+ * (0: any free port), FAST_PATH_ADVERTISE (the host others dial), or FAST_PATH=off for Redis pub/sub
+ * only. The server listens once the node reaches every shard's owner.
  */
 const env = process.env;
 const logger = pino({ name: 'demo-gateway', level: env.LOG_LEVEL ?? 'info' });
@@ -32,6 +34,14 @@ const redis: RedisConnectionOptions | undefined = shared
       ...(clusterNodes ? { clusterNodes } : { url: env.REDIS_URL as string }),
       ...(env.REDIS_PREFIX ? { prefix: env.REDIS_PREFIX } : {}),
       busSecret: { versions: [{ version: 'b1', secret: env.BUS_SECRET as string }] },
+      fastPath:
+        env.FAST_PATH === 'off'
+          ? false
+          : {
+              ...(env.FAST_PATH_HOST ? { host: env.FAST_PATH_HOST } : {}),
+              ...(env.FAST_PATH_PORT ? { port: Number(env.FAST_PATH_PORT) } : {}),
+              ...(env.FAST_PATH_ADVERTISE ? { advertise: env.FAST_PATH_ADVERTISE } : {}),
+            },
     }
   : undefined;
 
