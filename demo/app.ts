@@ -25,6 +25,8 @@ export interface DemoOptions {
   redis?: RedisConnectionOptions;
   /** Owner silence before degraded mode (F5), ms. */
   degradedAfterMs?: number;
+  /** The fast path's deadline, ms. */
+  fastPathDeadlineMs?: number;
 }
 
 /** Route class of a demo request: `/public/*` anonymous, `/api/payments*` fail-closed, else default. */
@@ -54,6 +56,7 @@ export function createDemoApp(opts: DemoOptions): { app: Express; limiter: RateL
     ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
     ...(opts.redis ? { redis: opts.redis } : {}),
     ...(opts.degradedAfterMs ? { degradedAfterMs: opts.degradedAfterMs } : {}),
+    ...(opts.fastPathDeadlineMs !== undefined ? { fastPathDeadlineMs: opts.fastPathDeadlineMs } : {}),
   });
 
   const app = express();

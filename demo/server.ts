@@ -12,7 +12,7 @@ import { createDemoApp } from './app.js';
  * (hostname-pid), POLICY_FILE (demo/policy.json), REDIS_PREFIX (frl), DEGRADED_AFTER_MS (30000),
  * LOG_LEVEL (info), and for the fast path's direct channel FAST_PATH_HOST (127.0.0.1), FAST_PATH_PORT
  * (0: any free port), FAST_PATH_ADVERTISE (the host others dial), or FAST_PATH=off for Redis pub/sub
- * only. The server listens once the node reaches every shard's owner.
+ * only; FAST_PATH_DEADLINE_MS (1). The server listens once the node reaches every shard's owner.
  */
 const env = process.env;
 const logger = pino({ name: 'demo-gateway', level: env.LOG_LEVEL ?? 'info' });
@@ -54,6 +54,7 @@ try {
     ...(env.NODE_ID ? { nodeId: env.NODE_ID } : {}),
     ...(redis ? { redis } : {}),
     ...(env.DEGRADED_AFTER_MS ? { degradedAfterMs: Number(env.DEGRADED_AFTER_MS) } : {}),
+    ...(env.FAST_PATH_DEADLINE_MS ? { fastPathDeadlineMs: Number(env.FAST_PATH_DEADLINE_MS) } : {}),
   });
   const timeout = setTimeout(() => fail('could not reach every shard owner over Redis within 15 s; is REDIS_URL right?'), 15_000);
   await limiter.ready();

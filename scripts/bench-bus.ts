@@ -1,6 +1,7 @@
-import { fork } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { joinFleet } from '../bus/member.js';
@@ -13,14 +14,17 @@ import { startRedis } from './redis-server.js';
 /**
  * `npm run bench:bus [-- --nodes 3 --keys 1000 --limit 10 --duration 12 --redis URL]`: the leasing
  * protocol on real processes over a real Redis. Each node process joins the fleet (RedisBus, 64
- * shards, T = 25 ms) and offers its share of 1.2 × the allowance of every key (1 s windows), calling
- * the decision path directly (no HTTP, so the figures are the protocol's, not Express's). Reports the
- * fast-path share and round trip (N3), bus messages per node per second, Redis commands per second,
- * and over/under-admission per key and window against the allowance (Q1 on real processes). Without
- * --redis it starts a private redis-server. The first 2 s are warm-up.
+ * shards, T = 25 ms) and offers its share of 1.2 × the allowance of every key (1 s windows), or
+ * `--rate` requests per second, calling the decision path directly (no HTTP, so the figures are the
+ * protocol's, not Express's). `--transport redis` sends asks over Redis pub/sub only, `--burners N`
+ * runs N busy loops beside the fleet, `--deadline-ms` sets the fast path's deadline. Reports the
+ * fast-path share and round trip (N3), each node's event-loop delay and CPU, bus messages per node
+ * per second, Redis commands per second, and over/under-admission per key and window (against the
+ * allowance, and against min(offered, allowance)). Without --redis it starts a private
+ * redis-server. The first 2 s are warm-up.
  */
 
-const USAGE = 'usage: npm run bench:bus -- [--nodes 3] [--keys 1000] [--limit 10] [--duration 12] [--redis redis://host:port]';
+const USAGE = 'usage: npm run bench:bus -- [--nodes 3] [--keys 1000] [--limit 10] [--duration 12] [--rate REQ_PER_NODE_PER_S] [--burners 0] [--transport direct|redis] [--deadline-ms 1] [--redis redis://host:port]';
 const WINDOW_MS = 1000;
 const WARM_UP_MS = 2000;
 const OFFERED = 1.2;
@@ -31,8 +35,13 @@ interface ChildReport {
   fastPath: number;
   fastPathTimeouts: number;
   rtt: { count: number; p50: number; p99: number };
+  /** Event-loop delay, ms: how long a ready callback (an ask, an answer) may wait for the loop. */
+  loop: { p50: number; p99: number };
+  /** CPU time of the node process per second of the run, ms. */
+  cpuMsPerS: number;
   bus: RedisBusStats;
   admitted: Record<string, number>;
+  offered: Record<string, number>;
   seconds: number;
 }
 
@@ -41,6 +50,14 @@ interface Settings {
   keys: number;
   limit: number;
   durationMs: number;
+  /** Requests per node per second; by default each node's share of 1.2 × every key's allowance. */
+  rate?: number;
+  /** Busy-loop processes run beside the fleet (a CPU burner). */
+  burners: number;
+  /** How asks travel: the direct TCP channel (falling back to Redis) or Redis pub/sub only. */
+  transport: 'direct' | 'redis';
+  /** The fast path's deadline (`fastPathDeadlineMs`). */
+  deadlineMs: number;
   redis?: string;
 }
 
@@ -51,8 +68,8 @@ function keyIdOf(i: number): string {
 /** One node: join, offer load for the duration, send the counts to the parent. */
 async function child(s: Settings & { redis: string; index: number; startAt: number }): Promise<void> {
   const nodeId = `bench-${s.index + 1}`;
-  const bus = new RedisBus({ url: s.redis, prefix: 'bench', busSecret: { versions: [{ version: 'b1', secret: 'bench-bus-secret-0123' }] }, shards: 64, roundMs: 25, degradedAfterMs: 30_000 });
-  const { node, owner } = joinFleet(bus, { nodeId, nodeEpoch: randomUUID(), shards: 64, maxBuckets: 50_000, roundMs: 25, fastPathDeadlineMs: 1, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 }, systemClock);
+  const bus = new RedisBus({ url: s.redis, prefix: 'bench', busSecret: { versions: [{ version: 'b1', secret: 'bench-bus-secret-0123' }] }, shards: 64, roundMs: 25, degradedAfterMs: 30_000, ...(s.transport === 'redis' ? { fastPath: false as const } : {}) });
+  const { node, owner } = joinFleet(bus, { nodeId, nodeEpoch: randomUUID(), shards: 64, maxBuckets: 50_000, roundMs: 25, fastPathDeadlineMs: s.deadlineMs, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 }, systemClock);
   const rounds = setInterval(() => {
     node.endRound();
     owner.sweep(Date.now());
@@ -61,7 +78,8 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
   const policy = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'w', windowMs: WINDOW_MS, limit: s.limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' });
   const plan = policy.limitsFor(keyIdOf(0), 't');
   const admitted: Record<string, number> = {};
-  const perTick = (s.keys * s.limit * OFFERED * TICK_MS) / WINDOW_MS / s.nodes;
+  const offered: Record<string, number> = {};
+  const perTick = ((s.rate ?? (s.keys * s.limit * OFFERED) / s.nodes) * TICK_MS) / 1000;
   let owed = 0;
   let next = Math.floor((s.index * s.keys) / s.nodes);
   let requests = 0;
@@ -72,12 +90,16 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
     admitted[w] = (admitted[w] ?? 0) + 1;
   };
   await new Promise((r) => setTimeout(r, Math.max(0, s.startAt - Date.now())));
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  let cpu = process.cpuUsage();
   let base: { fastPath: number; timeouts: number; bus: RedisBusStats; rtt: number } | undefined;
   const end = s.startAt + s.durationMs;
   await new Promise<void>((done) => {
     const tick = setInterval(() => {
       const now = Date.now();
       if (base === undefined && now >= s.startAt + WARM_UP_MS) {
+        loop.enable();
+        cpu = process.cpuUsage();
         base = { fastPath: node.stats.fastPath, timeouts: bus.stats.fastPathTimeouts, bus: structuredClone(bus.stats), rtt: bus.fastPathRtt().count };
         requests = 0;
       }
@@ -90,6 +112,10 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
         // Every node offers every key its share: uniform traffic.
         const k = next++ % s.keys;
         requests++;
+        if (now >= s.startAt + WARM_UP_MS) {
+          const w = `${k}|${windowIdAt(now, WINDOW_MS, phaseOffset(keyIdOf(k), WINDOW_MS))}`;
+          offered[w] = (offered[w] ?? 0) + 1;
+        }
         const r = node.acquire(keyIdOf(k), plan);
         if (r instanceof Promise) void r.then((x) => count(k, now, x.admitted));
         else count(k, now, r.admitted);
@@ -104,8 +130,14 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
     fastPath: node.stats.fastPath - b.fastPath,
     fastPathTimeouts: bus.stats.fastPathTimeouts - b.timeouts,
     rtt: bus.fastPathRtt(b.rtt),
+    loop: { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6 },
+    cpuMsPerS: (() => {
+      const c = process.cpuUsage(cpu);
+      return (c.user + c.system) / 1000 / ((s.durationMs - WARM_UP_MS) / 1000);
+    })(),
     bus: stats,
     admitted,
+    offered,
     seconds: (s.durationMs - WARM_UP_MS) / 1000,
   };
   clearInterval(rounds);
@@ -126,6 +158,7 @@ async function parent(s: Settings): Promise<void> {
   await raw.flushdb();
   const statsBefore = await commandStats(raw);
   const startAt = Date.now() + 1500;
+  const burners = Array.from({ length: s.burners }, () => spawn(process.execPath, ['-e', `const end = Date.now() + ${s.durationMs + 1500}; while (Date.now() < end) {}`], { stdio: 'ignore' }));
   const script = fileURLToPath(import.meta.url);
   const reports = await Promise.all(
     Array.from({ length: s.nodes }, (_, index) =>
@@ -136,25 +169,31 @@ async function parent(s: Settings): Promise<void> {
       }),
     ),
   );
+  for (const b of burners) b.kill();
   const statsAfter = await commandStats(raw);
   raw.disconnect();
   await own?.stop();
 
   // Windows wholly inside the measured period, per key: admitted against the allowance.
   const admitted = new Map<string, number>();
+  const offered = new Map<string, number>();
   for (const r of reports) for (const [w, n] of Object.entries(r.admitted)) admitted.set(w, (admitted.get(w) ?? 0) + n);
+  for (const r of reports) for (const [w, n] of Object.entries(r.offered)) offered.set(w, (offered.get(w) ?? 0) + n);
   const from = startAt + WARM_UP_MS;
   const to = startAt + s.durationMs;
   let windows = 0;
   let over = 0;
   let under = 0;
+  let allowed = 0;
   for (let k = 0; k < s.keys; k++) {
     const off = phaseOffset(keyIdOf(k), WINDOW_MS);
     for (let w = windowIdAt(from, WINDOW_MS, off) + 1; windowEndMs(w, WINDOW_MS, off) <= to; w++) {
       const a = admitted.get(`${k}|${w}`) ?? 0;
+      const due = Math.min(s.limit, offered.get(`${k}|${w}`) ?? 0);
       windows++;
+      allowed += due;
       over += Math.max(0, a - s.limit);
-      under += Math.max(0, s.limit - a);
+      under += Math.max(0, due - a);
     }
   }
   const seconds = reports[0]!.seconds;
@@ -165,18 +204,22 @@ async function parent(s: Settings): Promise<void> {
   const totalCommands = Object.keys(statsAfter).reduce((a, c) => a + statsAfter[c]! - (statsBefore[c] ?? 0), 0);
   const pct = (x: number, of: number): string => (of === 0 ? '-' : ((100 * x) / of).toFixed(3));
   const rows: Array<[string, string]> = [
-    ['nodes × keys', `${s.nodes} × ${s.keys} (limit ${s.limit} per 1 s window, offered ${OFFERED}×)`],
+    ['nodes × keys', `${s.nodes} × ${s.keys} (limit ${s.limit} per 1 s window, ${s.rate === undefined ? `offered ${OFFERED}×` : `${s.rate} requests per node per s`})`],
+    ['CPU burners beside', String(s.burners)],
+    ['fast-path transport', s.transport === 'direct' ? `direct TCP (${pct(sum((r) => r.bus.asksDirect), sum((r) => r.bus.asksSent))} % of asks; the rest over Redis)` : 'Redis pub/sub'],
     ['requests per node per s', (requests / s.nodes / seconds).toFixed(0)],
     ['fast path % of requests', pct(sum((r) => r.fastPath), requests)],
-    ['fast-path asks that missed 1 ms', pct(sum((r) => r.fastPathTimeouts), sum((r) => r.bus.asksSent))],
+    [`fast-path asks that missed ${s.deadlineMs} ms`, pct(sum((r) => r.fastPathTimeouts), sum((r) => r.bus.asksSent))],
     ['fast-path rtt p50 / p99 ms', `${percentile(reports.map((r) => r.rtt.p50), 0.5).toFixed(3)} / ${Math.max(...reports.map((r) => r.rtt.p99)).toFixed(3)}`],
+    ['event-loop delay p50 / p99 ms', `${percentile(reports.map((r) => r.loop.p50), 0.5).toFixed(3)} / ${Math.max(...reports.map((r) => r.loop.p99)).toFixed(3)}`],
+    ['CPU per node, ms per s', percentile(reports.map((r) => r.cpuMsPerS), 0.5).toFixed(0)],
     ['bus messages per node per s', (messages / s.nodes / seconds).toFixed(0)],
     ['  of which report entries', (sum((r) => r.bus.reportsSent) / s.nodes / seconds).toFixed(0)],
     ['control rounds per node per s', (rounds / s.nodes / seconds).toFixed(1)],
     ['Redis commands per s (whole run)', (totalCommands / ((s.durationMs + 1500) / 1000)).toFixed(0)],
     ['windows measured', String(windows)],
     ['over-admission % of allowance', pct(over, windows * s.limit)],
-    ['under-admission % of allowance', pct(under, windows * s.limit)],
+    ['under-admission % of min(offered, allowance)', pct(under, allowed)],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   process.stdout.write(
@@ -197,12 +240,16 @@ async function commandStats(r: Redis): Promise<Record<string, number>> {
 function main(): void {
   let v;
   try {
-    v = parseArgs({ options: { nodes: { type: 'string' }, keys: { type: 'string' }, limit: { type: 'string' }, duration: { type: 'string' }, redis: { type: 'string' }, child: { type: 'string' } }, strict: true }).values;
+    v = parseArgs({ options: { nodes: { type: 'string' }, keys: { type: 'string' }, limit: { type: 'string' }, duration: { type: 'string' }, rate: { type: 'string' }, burners: { type: 'string' }, transport: { type: 'string' }, 'deadline-ms': { type: 'string' }, redis: { type: 'string' }, child: { type: 'string' } }, strict: true }).values;
   } catch (err) {
     process.stderr.write(`bench:bus: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
   }
   if (v.child !== undefined) return void child(JSON.parse(v.child));
+  const usage = (msg: string): never => {
+    process.stderr.write(`bench:bus: ${msg}\n${USAGE}\n`);
+    process.exit(2);
+  };
   const int = (name: string, raw: string | undefined, dflt: number, min: number, max: number): number => {
     const n = raw === undefined ? dflt : Number(raw);
     if (!Number.isInteger(n) || n < min || n > max) {
@@ -216,6 +263,10 @@ function main(): void {
     keys: int('keys', v.keys, 1000, 1, 100_000),
     limit: int('limit', v.limit, 10, 1, 1_000_000),
     durationMs: int('duration', v.duration, 12, 4, 600) * 1000,
+    ...(v.rate !== undefined ? { rate: int('rate', v.rate, 0, 1, 1_000_000) } : {}),
+    burners: int('burners', v.burners, 0, 0, 16),
+    deadlineMs: int('deadline-ms', v['deadline-ms'], 1, 1, 100),
+    transport: v.transport === undefined || v.transport === 'direct' ? 'direct' : v.transport === 'redis' ? 'redis' : usage(`--transport must be direct or redis, got "${v.transport}"`),
     ...(v.redis !== undefined ? { redis: v.redis } : {}),
   };
   parent(s).catch((err: unknown) => {
