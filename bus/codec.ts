@@ -49,8 +49,10 @@ export interface Bodies {
   ask: { id: number; nodeId: string; nodeEpoch: string; requests: CreditRequest[] };
   /** Owner messages to one node; `re` names the ask they answer, 0 for none. */
   messages: { re: number; nodeId: string; messages: OwnerMessage[] };
-  /** Where a node process takes fast-path asks directly (TCP): its record in Redis and its greeting. */
+  /** Where a node process takes fast-path asks directly (TCP): its record in Redis. */
   peer: PeerAddress;
+  /** A listener's answer to a connecting node's challenge: who it is, and the node's nonce. */
+  greeting: PeerAddress & { nonce: string };
 }
 
 /** A node process's fast-path listener. */
@@ -163,6 +165,7 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
+  greeting: object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str }),
 };
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
@@ -172,6 +175,7 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),
+  greeting: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port, nonce: b.nonce }),
 };
 
 /**

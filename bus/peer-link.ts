@@ -1,12 +1,22 @@
+import { randomBytes } from 'node:crypto';
 import { createServer, connect as tcpConnect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { EnvelopeCodec, EnvelopeError, type PeerAddress } from './codec.js';
 
-/** A frame longer than this closes its connection: fast-path envelopes are a few kilobytes. */
-const MAX_FRAME = 1 << 20;
+/** Longest ask a listener takes (64 requests are about 15 KB), and longest answer a node takes. */
+const MAX_ASK = 256 << 10;
+const MAX_ANSWER = 4 << 20;
+/** Connections a listener holds at once (a fleet is at most a few dozen nodes, each with one). */
+const MAX_ACCEPTED = 256;
+/** A connection that has not said hello (listener side) or been greeted (node side) within this long is dropped. */
+const HANDSHAKE_MS = 2000;
 /** After a failed connection, the next attempt to the same process waits this long (asks use pub/sub meanwhile). */
 const RETRY_MS = 1000;
-/** A connection whose greeting has not come within this long is dropped. */
-const GREETING_MS = 2000;
+/** Asks in a row with no answer after which a connection is taken for dead (a path that drops packets). */
+const UNANSWERED_MAX = 16;
+/** Bytes queued on a socket beyond which its peer is taken for stuck. */
+const MAX_QUEUED = 1 << 20;
+const KEEPALIVE_MS = 10_000;
+const NONCE = /^[A-Za-z0-9_-]{16,64}$/;
 
 /** What the link reports to its bus. */
 export interface PeerLinkEvents {
@@ -20,16 +30,22 @@ export interface PeerLinkEvents {
 interface Outgoing {
   readonly to: PeerAddress;
   readonly socket: Socket;
+  readonly nonce: string;
   greeted: boolean;
+  /** Frames sent since the last one received. */
+  unanswered: number;
 }
 
 /**
  * The fast path's direct channel: a TCP listener per node process, and one connection from each
  * node to each owner it asks. Frames are envelopes (the bus's, HMAC-sealed) as JSON, one per line.
- * A server greets each connection with its sealed `peer` record; a client sends nothing before the
- * greeting has named the very process it meant to reach (node id and epoch), so an address that has
- * gone to another process, or a listener that is not a fleet member, gets no asks. Anything not
- * sealed with the bus secret closes the connection. Nothing here decides credit: the bus does.
+ * A node opens with a fresh nonce (`{"hello": nonce}`); the listener answers with a sealed
+ * `greeting` — its node id, node epoch and address, and that nonce — and the node sends nothing
+ * before the greeting names the very process it meant to reach: an address that has gone to another
+ * process, a listener outside the fleet, or one replaying an old greeting gets no asks. Anything not
+ * sealed with the bus secret closes the connection; so do oversized frames, a silent handshake, a
+ * peer that stops reading, and (node side) 16 asks in a row with no answer, after which asks go over
+ * Redis until a new connection is greeted. Nothing here decides credit: the bus does.
  */
 export class PeerLink {
   private server?: Server;
@@ -70,6 +86,11 @@ export class PeerLink {
     if (o !== undefined && (o.to.nodeEpoch !== to.nodeEpoch || o.to.host !== to.host || o.to.port !== to.port)) this.drop(o);
     else if (o !== undefined) {
       if (!o.greeted) return false;
+      if (o.unanswered >= UNANSWERED_MAX || o.socket.writableLength > MAX_QUEUED) {
+        this.fail(o, new Error(`${o.unanswered} asks to ${o.to.host}:${o.to.port} unanswered, ${o.socket.writableLength} bytes queued`));
+        return false;
+      }
+      o.unanswered++;
       o.socket.write(`${frame}\n`);
       return true;
     }
@@ -93,19 +114,31 @@ export class PeerLink {
   // ---- server side ------------------------------------------------------------------------------
 
   private accept(socket: Socket): void {
-    if (this.closed || this.self === undefined) {
+    if (this.closed || this.self === undefined || this.accepted.size >= MAX_ACCEPTED) {
       socket.destroy();
       return;
     }
+    const self = this.self;
     this.accepted.add(socket);
     socket.setNoDelay(true);
+    socket.setKeepAlive(true, KEEPALIVE_MS);
+    socket.setTimeout(HANDSHAKE_MS, () => socket.destroy());
     socket.on('close', () => this.accepted.delete(socket));
     socket.on('error', () => socket.destroy());
     const reply = (frame: string): void => {
-      if (!socket.destroyed) socket.write(`${frame}\n`);
+      if (socket.destroyed) return;
+      if (socket.writableLength > MAX_QUEUED) socket.destroy();
+      else socket.write(`${frame}\n`);
     };
-    socket.write(`${EnvelopeCodec.toJson(this.codec.seal('peer', this.self))}\n`);
-    this.frames(socket, (frame) => this.events.onFrame(frame, reply));
+    let hello = false;
+    this.frames(socket, MAX_ASK, (frame) => {
+      if (hello) return this.events.onFrame(frame, reply);
+      const nonce = (EnvelopeCodec.fromJson(frame) as { hello?: unknown }).hello;
+      if (typeof nonce !== 'string' || !NONCE.test(nonce)) throw new EnvelopeError('malformed', 'hello: must be {"hello": a nonce of 16-64 of A-Z a-z 0-9 _ -}');
+      hello = true;
+      socket.setTimeout(0);
+      socket.write(`${EnvelopeCodec.toJson(this.codec.seal('greeting', { ...self, nonce }))}\n`);
+    });
   }
 
   // ---- client side ------------------------------------------------------------------------------
@@ -113,27 +146,33 @@ export class PeerLink {
   private open(to: PeerAddress): void {
     if (!(to.port > 0 && to.port < 65536)) return;
     const socket = tcpConnect({ host: to.host, port: to.port });
-    const o: Outgoing = { to, socket, greeted: false };
+    const o: Outgoing = { to, socket, nonce: randomBytes(18).toString('base64url'), greeted: false, unanswered: 0 };
     this.out.set(to.nodeId, o);
     socket.setNoDelay(true);
-    socket.setTimeout(GREETING_MS, () => {
-      if (!o.greeted) this.fail(o, new Error(`no greeting from ${to.host}:${to.port} within ${GREETING_MS} ms`));
+    socket.setKeepAlive(true, KEEPALIVE_MS);
+    socket.setTimeout(HANDSHAKE_MS, () => {
+      if (!o.greeted) this.fail(o, new Error(`no greeting from ${to.host}:${to.port} within ${HANDSHAKE_MS} ms`));
     });
+    socket.on('connect', () => socket.write(`${JSON.stringify({ hello: o.nonce })}\n`));
     socket.on('error', (err: Error) => this.fail(o, err));
     socket.on('close', () => this.drop(o));
-    this.frames(socket, (frame) => {
+    this.frames(socket, MAX_ANSWER, (frame) => {
+      o.unanswered = 0;
       if (o.greeted) return this.events.onFrame(frame);
       const env = this.codec.open(EnvelopeCodec.fromJson(frame));
-      if (env.t !== 'peer' || env.body.nodeId !== to.nodeId || env.body.nodeEpoch !== to.nodeEpoch) {
-        throw new EnvelopeError('malformed', `greeting: ${to.host}:${to.port} is not node ${to.nodeId} (process ${to.nodeEpoch})`);
+      if (env.t !== 'greeting' || env.body.nodeId !== to.nodeId || env.body.nodeEpoch !== to.nodeEpoch || env.body.nonce !== o.nonce) {
+        throw new EnvelopeError('malformed', `greeting: ${to.host}:${to.port} is not node ${to.nodeId} (process ${to.nodeEpoch}) answering this connection`);
       }
       o.greeted = true;
+      this.retryAt.delete(to.nodeId);
       socket.setTimeout(0);
     });
   }
 
   private fail(o: Outgoing, err: Error): void {
-    this.retryAt.set(o.to.nodeId, performance.now() + RETRY_MS);
+    const now = performance.now();
+    for (const [id, at] of this.retryAt) if (at <= now) this.retryAt.delete(id);
+    this.retryAt.set(o.to.nodeId, now + RETRY_MS);
     if (this.out.get(o.to.nodeId) === o) this.events.onProblem(err, 'fast-path connection failed; asks go over Redis');
     this.drop(o);
   }
@@ -147,7 +186,7 @@ export class PeerLink {
    * Splits a socket's bytes into lines and hands each to `each`. A frame over the size cap, or one
    * `each` throws on (a bad greeting), closes the socket: a peer that sends such is not one of ours.
    */
-  private frames(socket: Socket, each: (frame: string) => void): void {
+  private frames(socket: Socket, max: number, each: (frame: string) => void): void {
     let buffered = '';
     socket.setEncoding('utf8');
     socket.on('data', (chunk: string) => {
@@ -164,8 +203,8 @@ export class PeerLink {
           return;
         }
       }
-      if (buffered.length > MAX_FRAME) {
-        this.events.onProblem(new Error(`a frame over ${MAX_FRAME} bytes`), 'fast-path frame rejected; connection closed');
+      if (buffered.length > max) {
+        this.events.onProblem(new Error(`a frame over ${max} bytes`), 'fast-path frame rejected; connection closed');
         socket.destroy();
       }
     });

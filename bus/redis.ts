@@ -137,6 +137,8 @@ export class RedisBus implements Bus {
   private graceUntil = 0;
   private graceIds: string[] = [];
   private roundBusy = false;
+  /** Messages to a node waiting for an earlier one (or its grants' log write), as one promise per node. */
+  private readonly sends = new Map<string, Promise<void>>();
   /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
   private readonly logWrites = new Map<number, Promise<unknown>>();
   private inflight = 0;
@@ -638,8 +640,8 @@ export class RedisBus implements Bus {
         continue;
       }
       try {
-        // Not serving (taking over, settling, lease in doubt, Redis out of reach): merge, issue nothing.
-        if (replayOnly || !this.serving(shard)) this.owner!.replay([{ kind: 'report', batch: env.body }]);
+        // Not serving (taking over, settling, lease in doubt, Redis out of reach, leaving): merge, issue nothing.
+        if (replayOnly || this.closed || !this.serving(shard)) this.owner!.replay([{ kind: 'report', batch: env.body }]);
         else out.push(...this.owner!.onReports(env.body));
         this.stats.entriesFolded++;
         st.dirty = true;
@@ -676,9 +678,10 @@ export class RedisBus implements Bus {
   /**
    * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
    * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log
-   * first, and out only once the log has them: a later owner replays the log, and must not issue
-   * that credit again. A grant the log could not take is withheld (the ledger counts it issued, which
-   * costs accuracy, never safety).
+   * first, and to other nodes only once the log has them: a later owner replays the log, and must not
+   * issue that credit again. A grant the log could not take is withheld (the ledger counts it issued,
+   * which costs accuracy, never safety). Messages to one node leave in the order they were made.
+   * This node's own grants are applied at once: its reports carry them to a later owner.
    */
   private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
     const byNode = new Map<string, OwnerMessage[]>();
@@ -704,14 +707,25 @@ export class RedisBus implements Bus {
         else conn.publish(this.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
       };
       const re = asker ? answer.re : 0;
-      if (!list.some((m) => m.type === 'grant')) send(list, re);
-      else {
-        void logged.then((ok) => {
-          const rest = ok ? list : list.filter((m) => m.type !== 'grant');
-          if (ok || rest.length > 0) send(rest, ok ? re : 0);
-        });
-      }
+      this.inOrder(nodeId, list.some((m) => m.type === 'grant') ? logged : undefined, (ok) => {
+        const rest = ok ? list : list.filter((m) => m.type !== 'grant');
+        if (ok || rest.length > 0) send(rest, ok ? re : 0);
+      });
     }
+  }
+
+  /**
+   * Runs `go` once `ready` (a log write) has settled and everything sent to `nodeId` before has
+   * gone — at once when nothing is waiting — so a recall never overtakes the grant before it.
+   */
+  private inOrder(nodeId: string, ready: Promise<boolean> | undefined, go: (ok: boolean) => void): void {
+    const prev = this.sends.get(nodeId);
+    if (prev === undefined && ready === undefined) return go(true);
+    const next = (prev ?? Promise.resolve()).then(() => ready ?? true).then(go);
+    this.sends.set(nodeId, next);
+    void next.finally(() => {
+      if (this.sends.get(nodeId) === next) this.sends.delete(nodeId);
+    });
   }
 
   /** Appends grants to their shards' logs, one entry per shard; resolves with whether every write succeeded. */
@@ -874,7 +888,7 @@ export class RedisBus implements Bus {
     const frame = EnvelopeCodec.toJson(this.codec.seal('ask', ask));
     const peer = this.peers.get(owner);
     if (peer !== undefined && peer.nodeEpoch === this.members.get(owner)?.epoch && this.link?.send(peer, frame)) return true;
-    if (peer === undefined) void this.readPeers(true);
+    if (peer === undefined || peer.nodeEpoch !== this.members.get(owner)?.epoch) void this.readPeers(true);
     this.fast.publish(this.channel(owner), frame).catch(() => undefined);
     return false;
   }
@@ -910,6 +924,7 @@ export class RedisBus implements Bus {
     if (this.link === undefined || this.closed || (soon && now - this.peersReadAt < this.opts.roundMs)) return;
     this.peersReadAt = now;
     const ids = [...this.members.keys()].filter((id) => id !== this.identity?.nodeId);
+    for (const id of this.peers.keys()) if (!this.members.has(id)) this.peers.delete(id);
     if (ids.length === 0) return;
     try {
       const records = await this.redis.mget(...ids.map((id) => this.peerKey(id)));
@@ -988,6 +1003,8 @@ export class RedisBus implements Bus {
 
   /** Answers an ask, on the connection it came by (`reply`) or over Redis. */
   private serveAsk(ask: Bodies['ask'], reply?: (frame: string) => void): void {
+    // Leaving: the shards' last checkpoints are being written, and the log writes waited for.
+    if (this.closed) return;
     const grants: OwnerMessage[] = [];
     let all = true;
     for (const r of ask.requests) {

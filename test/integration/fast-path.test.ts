@@ -117,6 +117,47 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     expect(a.bus.stats.asksDirect).to.equal(0);
   });
 
+  for (const transport of ['direct', 'redis'] as const) {
+    it(`over ${transport === 'direct' ? 'TCP' : 'Redis pub/sub'}, a grant the log refuses (Redis out of memory) is never handed out`, async function () {
+      if (redis.external) this.skip(); // changes the server's settings
+      const [a, b] = await pair(transport === 'redis' ? false : undefined);
+      const next = keysOwnedBy(a, 'b', `oom-${transport}`);
+      if (transport === 'direct') {
+        await until(() => {
+          void a.node.acquire(next(), limits(100));
+          return a.bus.stats.asksDirect > 0;
+        }, 'an ask over the direct channel');
+      }
+      await new Promise((r) => setTimeout(r, 50)); // earlier answers in
+      const keyId = next();
+      const applied = a.node.stats.grantsApplied;
+      // XADD is refused under maxmemory; PUBLISH is not, so only the log-first rule keeps the grant back.
+      await raw.config('SET', 'maxmemory', '1');
+      try {
+        const r = await a.node.acquire(keyId, limits(100));
+        await new Promise((res) => setTimeout(res, 100));
+        expect(r.admitted).to.equal(false);
+        expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId), 'issued by the owner').to.be.above(0);
+        expect(a.node.stats.grantsApplied, 'grants the node applied').to.equal(applied);
+      } finally {
+        await raw.config('SET', 'maxmemory', '0');
+      }
+    });
+  }
+
+  it('a member that is leaving answers no more asks: its last checkpoint has every grant', async () => {
+    const [a, b] = await pair(false);
+    const keyId = keysOwnedBy(a, 'b', 'leaving')();
+    const { windowId } = placeOf(keyId);
+    const served = b.bus.stats.asksServed;
+    const leaving = b.stop();
+    const ask = { id: 7, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 5, demand: 5, fastPath: true }] };
+    await raw.publish(`${prefix}:node:b`, EnvelopeCodec.toJson(codec.seal('ask', ask)));
+    await leaving;
+    expect(b.owner.issued(keyId, WINDOW_MS, windowId)).to.equal(0);
+    expect(b.bus.stats.asksServed).to.equal(served);
+  });
+
   it('a connection that sends a forged ask is closed, counted, and issues nothing', async () => {
     const [a, b] = await pair();
     const next = keysOwnedBy(a, 'b', 'forged');
@@ -132,9 +173,10 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     s.on('data', (d: string) => (greeting += d));
     s.on('close', () => (closed = true));
     s.on('error', () => undefined);
+    s.write('{"hello":"a-nonce-of-the-asker-0123"}\n');
     await until(() => greeting.includes('\n'), 'the greeting');
     const hello = codec.open(EnvelopeCodec.fromJson(greeting.trim()));
-    expect(hello).to.deep.include({ t: 'peer', body: { nodeId: 'b', nodeEpoch: b.nodeEpoch, host: addr.host, port: addr.port } });
+    expect(hello).to.deep.include({ t: 'greeting', body: { nodeId: 'b', nodeEpoch: b.nodeEpoch, host: addr.host, port: addr.port, nonce: 'a-nonce-of-the-asker-0123' } });
     s.write(`${EnvelopeCodec.toJson(forger.seal('ask', ask))}\n`);
     await until(() => closed, 'the connection to be closed');
     expect(b.bus.stats.rejected.mac).to.equal(1);

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+import { createServer, connect, type AddressInfo, type Server } from 'node:net';
 import { EnvelopeCodec, type PeerAddress } from '../../bus/codec.js';
 import { PeerLink } from '../../bus/peer-link.js';
 
@@ -66,30 +66,60 @@ describe('PeerLink: the fast path’s direct channel', () => {
     expect(impostor.frames).to.deep.equal([]);
   });
 
-  it('drops a listener whose greeting is not sealed with the bus secret', async () => {
-    const sockets: Socket[] = [];
-    const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
+  /** A listener that answers each hello with `greet(nonce)`, then swallows everything. */
+  async function fakeListener(greet: (nonce: string) => string): Promise<{ to: PeerAddress; received: string[] }> {
+    const received: string[] = [];
     const fake = createServer((s) => {
-      sockets.push(s);
-      s.write(`${EnvelopeCodec.toJson(forger.seal('peer', { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: 1 }))}\n`);
+      s.setEncoding('utf8');
+      s.on('data', (d: string) => {
+        const hello = /"hello":"([^"]+)"/.exec(d);
+        if (hello && received.length === 0) s.write(`${greet(hello[1]!)}\n`);
+        received.push(d);
+      });
+      s.on('error', () => undefined);
     });
     await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
     open.push(fake);
-    const client = link();
-    open.push(client.link);
-    const to = { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: (fake.address() as AddressInfo).port };
-    client.link.send(to, 'ask');
-    await until(() => client.problems.length > 0, 'the forged greeting to be refused');
-    expect(client.problems[0]).to.match(/mac/);
-    expect(client.link.connected(to)).to.equal(false);
-    for (const s of sockets) s.destroy();
+    return { to: { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: (fake.address() as AddressInfo).port }, received };
+  }
+
+  it('drops a listener whose greeting is not sealed with the bus secret, or answers another nonce (a replay)', async () => {
+    const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
+    const cases: Array<[(nonce: string) => string, RegExp]> = [
+      [(nonce) => EnvelopeCodec.toJson(forger.seal('greeting', { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: 1, nonce })), /mac/],
+      [() => EnvelopeCodec.toJson(codec.seal('greeting', { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: 1, nonce: 'an-old-nonce-0123456789' })), /answering this connection/],
+      [() => EnvelopeCodec.toJson(codec.seal('peer', { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: 1 })), /answering this connection/],
+    ];
+    for (const [greet, why] of cases) {
+      const { to } = await fakeListener(greet);
+      const client = link();
+      open.push(client.link);
+      client.link.send(to, 'ask');
+      await until(() => client.problems.length > 0, 'the greeting to be refused');
+      expect(client.problems[0]).to.match(why);
+      expect(client.link.connected(to)).to.equal(false);
+    }
   });
 
-  it('closes a connection that sends a frame the bus refuses, or one over the size cap', async () => {
+  it('takes a connection whose asks go unanswered for dead, and sends over it no more', async () => {
+    const { to, received } = await fakeListener((nonce) => EnvelopeCodec.toJson(codec.seal('greeting', { nodeId: 'owner', nodeEpoch: 'e1', host: '127.0.0.1', port: 1, nonce })));
+    const client = link();
+    open.push(client.link);
+    await sendWhenUp(client.link, to, 'ask-0');
+    let sent = 1;
+    while (client.link.send(to, `ask-${sent}`)) sent++;
+    expect(sent).to.equal(16);
+    expect(client.problems[0]).to.match(/16 asks .* unanswered/);
+    expect(client.link.connected(to)).to.equal(false);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(received.join('')).to.not.include('ask-16');
+  });
+
+  it('closes a connection that sends no hello, a frame the bus refuses, or one over the size cap', async () => {
     const server = link();
     open.push(server.link);
     const addr = await server.link.listen({ nodeId: 'owner', nodeEpoch: 'e1' }, '127.0.0.1', 0, '127.0.0.1');
-    for (const payload of ['throw\n', 'x'.repeat(1.5 * 2 ** 20)]) {
+    for (const payload of ['{"hello":"nonce-0123456789abcdef"}\nthrow\n', 'not a hello\n', 'x'.repeat(300 * 1024)]) {
       const s = connect(addr.port, '127.0.0.1');
       let closed = false;
       s.on('close', () => (closed = true));
@@ -98,7 +128,7 @@ describe('PeerLink: the fast path’s direct channel', () => {
       s.on('connect', () => s.write(payload));
       await until(() => closed, 'the connection to be closed');
     }
-    expect(server.problems.map((p) => p.replace(/:.*/, ''))).to.deep.equal(['fast-path frame rejected; connection closed', 'fast-path frame rejected; connection closed']);
+    expect(server.problems.map((p) => p.replace(/:.*/, ''))).to.deep.equal(Array(3).fill('fast-path frame rejected; connection closed'));
     expect(server.frames).to.deep.equal([]);
   });
 });
