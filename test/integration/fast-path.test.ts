@@ -2,18 +2,10 @@ import { expect } from 'chai';
 import { connect } from 'node:net';
 import type { Redis } from 'ioredis';
 import { EnvelopeCodec } from '../../bus/codec.js';
-import { shardOf } from '../../lib/protocol/messages.js';
-import { phaseOffset, windowIdAt } from '../../lib/window.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
-import { BUS_SECRET, client, joinRedisFleet, limits, SHARDS, until, type Member } from '../support/redis-members.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, until, type Member } from '../support/redis-members.js';
 
 const WINDOW_MS = 60_000;
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
-
-function placeOf(keyId: string): { windowId: number; shard: number } {
-  const windowId = windowIdAt(Date.now(), WINDOW_MS, phaseOffset(keyId, WINDOW_MS));
-  return { windowId, shard: shardOf(keyId, windowId, SHARDS) };
-}
 
 /** Key ids whose current window `owner` owns, as `asker` sees the table. */
 function keysOwnedBy(asker: Member, owner: string, salt: string): () => string {
@@ -42,16 +34,8 @@ async function loggedGrants(raw: Redis, prefix: string, keyId: string): Promise<
 
 describe('Fast path over its direct channel (real redis-server)', function () {
   this.timeout(30_000);
-  let redis: RedisProcess;
-  let raw: Redis;
-  let prefix: string;
-  let n = 0;
-  const members: Member[] = [];
-  const join = (id: string, fastPath?: false): Member => {
-    const m = joinRedisFleet(redis.url, prefix, id, 30_000, fastPath === false ? { fastPath: false } : {});
-    members.push(m);
-    return m;
-  };
+  const ctx = fleetSuite('fp');
+  const join = (id: string, fastPath?: false): Member => ctx.join(id, 30_000, fastPath === false ? { fastPath: false } : {});
   /** Two members that both own shards, `a` asking `b`. */
   const pair = async (bFastPath?: false): Promise<[Member, Member]> => {
     const a = join('a');
@@ -61,23 +45,9 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     return [a, b];
   };
 
-  before(async () => {
-    redis = await startRedis();
-    raw = client(redis.url);
-  });
-  beforeEach(() => {
-    prefix = `fp${++n}`;
-  });
-  afterEach(async () => {
-    await Promise.all(members.splice(0).map((m) => m.stop()));
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
-  });
 
   it('asks go to the owner over TCP once connected, and the answer comes only after its grant is in the log', async function () {
-    if (redis.external) this.skip(); // pauses the server
+    if (ctx.redis.external) this.skip(); // pauses the server
     const [a, b] = await pair();
     const next = keysOwnedBy(a, 'b', 'tcp');
     // The warm-up has opened the connection: asks go direct.
@@ -89,7 +59,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const keyId = next();
     const direct = a.bus.stats.asksDirect;
     const applied = a.node.stats.grantsApplied;
-    await raw.call('CLIENT', 'PAUSE', '300', 'WRITE');
+    await ctx.raw.call('CLIENT', 'PAUSE', '300', 'WRITE');
     const r = await a.node.acquire(keyId, limits(100));
     expect(a.bus.stats.asksDirect).to.equal(direct + 1);
     expect(r.admitted).to.equal(false);
@@ -98,7 +68,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
     // Once Redis takes writes again the grant is logged, then delivered (late, kept for the next request).
     await until(() => a.node.stats.grantsApplied > applied, 'the late grant to land', 3000);
-    expect(await loggedGrants(raw, prefix, keyId)).to.be.at.least(1);
+    expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.at.least(1);
     expect(a.bus.stats.answersLate).to.be.at.least(1);
   });
 
@@ -119,7 +89,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
 
   for (const transport of ['direct', 'redis'] as const) {
     it(`over ${transport === 'direct' ? 'TCP' : 'Redis pub/sub'}, a grant the log refuses (Redis out of memory) is never handed out`, async function () {
-      if (redis.external) this.skip(); // changes the server's settings
+      if (ctx.redis.external) this.skip(); // changes the server's settings
       const [a, b] = await pair(transport === 'redis' ? false : undefined);
       const next = keysOwnedBy(a, 'b', `oom-${transport}`);
       if (transport === 'direct') {
@@ -132,7 +102,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
       const keyId = next();
       const applied = a.node.stats.grantsApplied;
       // XADD is refused under maxmemory; PUBLISH is not, so only the log-first rule keeps the grant back.
-      await raw.config('SET', 'maxmemory', '1');
+      await ctx.raw.config('SET', 'maxmemory', '1');
       try {
         const r = await a.node.acquire(keyId, limits(100));
         await new Promise((res) => setTimeout(res, 100));
@@ -140,7 +110,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
         expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId), 'issued by the owner').to.be.above(0);
         expect(a.node.stats.grantsApplied, 'grants the node applied').to.equal(applied);
       } finally {
-        await raw.config('SET', 'maxmemory', '0');
+        await ctx.raw.config('SET', 'maxmemory', '0');
       }
     });
   }
@@ -152,7 +122,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const served = b.bus.stats.asksServed;
     const leaving = b.stop();
     const ask = { id: 7, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 5, demand: 5, fastPath: true }] };
-    await raw.publish(`${prefix}:node:b`, EnvelopeCodec.toJson(codec.seal('ask', ask)));
+    await ctx.raw.publish(`${ctx.prefix}:node:b`, EnvelopeCodec.toJson(codec.seal('ask', ask)));
     await leaving;
     expect(b.owner.issued(keyId, WINDOW_MS, windowId)).to.equal(0);
     expect(b.bus.stats.asksServed).to.equal(served);

@@ -1,21 +1,13 @@
 import { expect } from 'chai';
 import { createHmac } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import type { Denied } from '../../lib/lease-node.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowIdAt } from '../../lib/window.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
-import { BUS_SECRET, client, joinRedisFleet, limits, SHARDS, until, type Member } from '../support/redis-members.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, SHARDS, until, type Member } from '../support/redis-members.js';
 
 const WINDOW_MS = 60_000;
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
-
-/** The window id and shard of `keyId`'s current one-minute window. */
-function placeOf(keyId: string): { windowId: number; shard: number } {
-  const windowId = windowIdAt(Date.now(), WINDOW_MS, phaseOffset(keyId, WINDOW_MS));
-  return { windowId, shard: shardOf(keyId, windowId, SHARDS) };
-}
 
 /** A key id whose current window lands on a shard `pick` accepts. */
 function keyWhere(pick: (shard: number) => boolean, salt = ''): string {
@@ -47,31 +39,8 @@ function flat(f: Record<string, string>): string[] {
 
 describe('Redis bus (real redis-server): streams, ownership, envelopes', function () {
   this.timeout(30_000);
-  let redis: RedisProcess;
-  let raw: Redis;
-  let prefix: string;
-  let n = 0;
-  const members: Member[] = [];
-  const join = (id: string, degradedAfterMs?: number): Member => {
-    const m = joinRedisFleet(redis.url, prefix, id, degradedAfterMs);
-    members.push(m);
-    return m;
-  };
-
-  before(async () => {
-    redis = await startRedis();
-    raw = client(redis.url);
-  });
-  beforeEach(() => {
-    prefix = `t${++n}`;
-  });
-  afterEach(async () => {
-    await Promise.all(members.splice(0).map((m) => m.stop()));
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
-  });
+  const ctx = fleetSuite('t');
+  const join = (id: string, degradedAfterMs?: number): Member => ctx.join(id, degradedAfterMs);
 
   it('gives every shard exactly one owner; a member that leaves hands its shards over under higher owner epochs', async () => {
     const a = join('a');
@@ -94,26 +63,26 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const good = keyWhere(() => true, 'good');
     const forged = keyWhere(() => true, 'forged');
     const { windowId, shard } = placeOf(good);
-    const stream = `${prefix}:{s${shard}}:reports`;
+    const stream = `${ctx.prefix}:{s${shard}}:reports`;
     const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
     const sealed = codec.seal('reports', report(forged, 999, 1));
     const { mac: _, ...unsigned } = sealed;
-    await raw.xadd(stream, '*', ...flat(unsigned));
-    await raw.xadd(stream, '*', ...flat(forger.seal('reports', { ...report(forged, 999, 1), shard })));
-    await raw.xadd(stream, '*', ...flat({ ...codec.seal('reports', { ...report(forged, 999, 1), shard }), v: '2' }));
+    await ctx.raw.xadd(stream, '*', ...flat(unsigned));
+    await ctx.raw.xadd(stream, '*', ...flat(forger.seal('reports', { ...report(forged, 999, 1), shard })));
+    await ctx.raw.xadd(stream, '*', ...flat({ ...codec.seal('reports', { ...report(forged, 999, 1), shard }), v: '2' }));
     const bad = JSON.parse(sealed.b) as { shard: number; reports: unknown[][] };
     bad.shard = shard;
     bad.reports[0]![6] = 'lots';
     const b = JSON.stringify(bad);
-    await raw.xadd(stream, '*', ...flat({ v: '1', kid: 'b1', t: 'reports', b, mac: createHmac('sha256', BUS_SECRET.versions[0]!.secret).update(`1\nreports\n`).update(b).digest('base64url') }));
-    await raw.xadd(stream, '*', ...flat(codec.seal('reports', report(good, 3, 1))));
+    await ctx.raw.xadd(stream, '*', ...flat({ v: '1', kid: 'b1', t: 'reports', b, mac: createHmac('sha256', BUS_SECRET.versions[0]!.secret).update(`1\nreports\n`).update(b).digest('base64url') }));
+    await ctx.raw.xadd(stream, '*', ...flat(codec.seal('reports', report(good, 3, 1))));
 
     await until(() => a.bus.stats.entriesFolded >= 1 && a.bus.stats.deadLettered >= 4, 'the entries to be read');
     expect(a.owner.spent(good, WINDOW_MS, windowId)).to.equal(3);
     expect(a.owner.spent(forged, WINDOW_MS, placeOf(forged).windowId)).to.equal(0);
     expect(a.bus.stats.rejected).to.deep.include({ malformed: 2, mac: 1, version: 1 });
-    await until(async () => ((await raw.xpending(stream, 'owners')) as [number])[0] === 0, 'nothing pending');
-    const dead = (await raw.xrange(`${prefix}:{s${shard}}:dead`, '-', '+')).map(([, f]) => EnvelopeCodec.fromStream(f));
+    await until(async () => ((await ctx.raw.xpending(stream, 'owners')) as [number])[0] === 0, 'nothing pending');
+    const dead = (await ctx.raw.xrange(`${ctx.prefix}:{s${shard}}:dead`, '-', '+')).map(([, f]) => EnvelopeCodec.fromStream(f));
     expect(dead.map((d) => d.reason)).to.deep.equal(['malformed', 'mac', 'version', 'malformed']);
     expect(dead[3]!.error).to.match(/reports\[0\]\.spent/);
   });
@@ -128,12 +97,12 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const { windowId, shard } = placeOf(keyId);
     const epoch = a.bus.owners()[shard]!.epoch;
     const grant = { type: 'grant' as const, keyId, windowId, windowMs: WINDOW_MS, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: bucket.lease, grantSeq: 50, issued: 100, ownerEpoch: epoch };
-    const channel = `${prefix}:node:a`;
+    const channel = `${ctx.prefix}:node:a`;
     const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
-    await raw.publish(channel, EnvelopeCodec.toJson(forger.seal('messages', { re: 0, nodeId: 'a', messages: [grant] })));
-    await raw.publish(channel, EnvelopeCodec.toJson({ ...codec.seal('messages', { re: 0, nodeId: 'a', messages: [grant] }), v: '7' }));
-    await raw.publish(channel, EnvelopeCodec.toJson(codec.seal('messages', { re: 0, nodeId: 'a', messages: [{ ...grant, ownerEpoch: epoch - 1 }] })));
-    await raw.publish(channel, 'not json at all');
+    await ctx.raw.publish(channel, EnvelopeCodec.toJson(forger.seal('messages', { re: 0, nodeId: 'a', messages: [grant] })));
+    await ctx.raw.publish(channel, EnvelopeCodec.toJson({ ...codec.seal('messages', { re: 0, nodeId: 'a', messages: [grant] }), v: '7' }));
+    await ctx.raw.publish(channel, EnvelopeCodec.toJson(codec.seal('messages', { re: 0, nodeId: 'a', messages: [{ ...grant, ownerEpoch: epoch - 1 }] })));
+    await ctx.raw.publish(channel, 'not json at all');
     await until(() => a.bus.stats.staleMessages === 1 && a.bus.stats.rejected.mac === 1 && a.bus.stats.rejected.version === 1 && a.bus.stats.rejected.malformed === 1, 'the messages to be rejected');
     expect(bucket.credit).to.equal(credit);
   });
@@ -141,21 +110,21 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
   it('a new owner claims the entries a crashed owner left pending, folds and acks them; duplicates after the takeover change no count', async () => {
     const keyId = keyWhere(() => true, 'dup');
     const { windowId, shard } = placeOf(keyId);
-    const stream = `${prefix}:{s${shard}}:reports`;
+    const stream = `${ctx.prefix}:{s${shard}}:reports`;
     // An owner that read two reports and died before acking them.
-    await raw.xgroup('CREATE', stream, 'owners', '0', 'MKSTREAM');
-    await raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 4, 1))));
-    await raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 7, 2))));
-    await raw.xreadgroup('GROUP', 'owners', 'crashed:e0', 'STREAMS', stream, '>');
-    expect(((await raw.xpending(stream, 'owners')) as [number])[0]).to.equal(2);
+    await ctx.raw.xgroup('CREATE', stream, 'owners', '0', 'MKSTREAM');
+    await ctx.raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 4, 1))));
+    await ctx.raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 7, 2))));
+    await ctx.raw.xreadgroup('GROUP', 'owners', 'crashed:e0', 'STREAMS', stream, '>');
+    expect(((await ctx.raw.xpending(stream, 'owners')) as [number])[0]).to.equal(2);
 
     const a = join('a');
     await a.bus.ready();
-    await until(async () => ((await raw.xpending(stream, 'owners')) as [number])[0] === 0, 'the pending entries to be claimed and acked');
+    await until(async () => ((await ctx.raw.xpending(stream, 'owners')) as [number])[0] === 0, 'the pending entries to be claimed and acked');
     expect(a.owner.spent(keyId, WINDOW_MS, windowId)).to.equal(7);
     // The same reports delivered again, and an older one late: nothing changes.
-    await raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 7, 2))));
-    await raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 4, 1))));
+    await ctx.raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 7, 2))));
+    await ctx.raw.xadd(stream, '*', ...flat(codec.seal('reports', report(keyId, 4, 1))));
     await until(() => a.bus.stats.entriesFolded >= 2, 'the duplicates to be read');
     expect(a.owner.spent(keyId, WINDOW_MS, windowId)).to.equal(7);
 
@@ -187,7 +156,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
   });
 
   it('with Redis frozen, enforces from held credit and never waits on it; degraded after the limit; reconverges after Redis restarts empty', async function () {
-    if (redis.external) this.skip();
+    if (ctx.redis.external) this.skip();
     const a = join('a', 600);
     const b = join('b', 600);
     await Promise.all([a.bus.ready(), b.bus.ready()]);
@@ -200,7 +169,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       for (let i = 0; i < 3; i++) await a.node.acquire(held, plan);
       return (a.node.buckets.peek(held)?.buckets[0]?.credit ?? 0) >= 2;
     }, 'a lease for the held key');
-    redis.pause();
+    ctx.redis.pause();
     try {
       await new Promise((r) => setTimeout(r, 200));
       // Held credit: answered in process, synchronously.
@@ -218,12 +187,12 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       const r3 = a.node.acquire(keyWhere((s) => ownerOf(a, s) === 'b', 'late'), plan);
       expect(r3).to.deep.include({ admitted: false, unavailable: true });
     } finally {
-      redis.resume();
+      ctx.redis.resume();
     }
     await until(() => !a.node.degraded && a.bus.ownedShards().length + b.bus.ownedShards().length === SHARDS, 'reconvergence after the freeze');
     const epochs = a.bus.owners().map((o) => o!.epoch);
-    await redis.restart({ empty: true });
-    await until(async () => (await raw.hlen(`${prefix}:{ctl}:owners`).catch(() => 0)) === SHARDS, 'the ownership table to be rebuilt', 10_000);
+    await ctx.redis.restart({ empty: true });
+    await until(async () => (await ctx.raw.hlen(`${ctx.prefix}:{ctl}:owners`).catch(() => 0)) === SHARDS, 'the ownership table to be rebuilt', 10_000);
     const after = keyWhere(() => true, 'after');
     await until(async () => (await a.node.acquire(after, plan)).admitted, 'admission on a new key after the restart', 5000);
     // Redis lost the table, yet every shard's fencing epoch kept growing.
@@ -231,7 +200,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
   });
 
   it('Redis frozen while every node keeps serving: owners hold back the silent nodes’ self-grants, no window admits more than its allowance', async function () {
-    if (redis.external) this.skip();
+    if (ctx.redis.external) this.skip();
     const fleet = ['a', 'b', 'c'].map((id) => join(id));
     await Promise.all(fleet.map((m) => m.bus.ready()));
     await until(() => fleet.reduce((n, m) => n + m.bus.ownedShards().length, 0) === SHARDS, 'the shards to split');
@@ -254,9 +223,9 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       }
     })();
     await new Promise((r) => setTimeout(r, 1500));
-    redis.pause();
+    ctx.redis.pause();
     await new Promise((r) => setTimeout(r, 2000));
-    redis.resume();
+    ctx.redis.resume();
     await new Promise((r) => setTimeout(r, 1500));
     stop = true;
     await drive;
@@ -266,7 +235,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
   });
 
   it('Redis restarted empty as a shard owner leaves: the new owner, blind, learns what nodes hold before it issues', async function () {
-    if (redis.external) this.skip();
+    if (ctx.redis.external) this.skip();
     const HOUR = 3_600_000;
     const [a, b, c] = ['a', 'b', 'c'].map((id) => join(id)) as [Member, Member, Member];
     await Promise.all([a, b, c].map((m) => m.bus.ready()));
@@ -284,7 +253,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     };
     for (const k of keys) await spend(a, k, 3); // a now holds credit granted by b
     await new Promise((r) => setTimeout(r, 300));
-    const restarting = redis.restart({ empty: true });
+    const restarting = ctx.redis.restart({ empty: true });
     await b.stop(); // b's shards go to a or c, with no log to replay
     await restarting;
     await until(() => keys.every((k) => { const o = c.bus.owners()[place(k)]; return o !== undefined && o.owner !== 'b'; }), 'new owners', 10_000);
@@ -299,15 +268,15 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
   it('a deposed owner can neither checkpoint nor trim: the snapshot script finds its successor’s epoch and does nothing', async () => {
     const { readFileSync } = await import('node:fs');
     const script = readFileSync(new URL('../../bus/lua/snapshot.lua', import.meta.url), 'utf8');
-    const log = `${prefix}:{s0}:log`;
-    const reports = `${prefix}:{s0}:reports`;
-    await raw.xadd(log, '*', 'epoch', '9', 'v', '1');
-    await raw.xadd(reports, '*', 'v', '1');
-    const deposed = await raw.eval(script, 2, log, reports, '8', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    const log = `${ctx.prefix}:{s0}:log`;
+    const reports = `${ctx.prefix}:{s0}:reports`;
+    await ctx.raw.xadd(log, '*', 'epoch', '9', 'v', '1');
+    await ctx.raw.xadd(reports, '*', 'v', '1');
+    const deposed = await ctx.raw.eval(script, 2, log, reports, '8', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
     expect(deposed).to.equal(null);
-    expect(await raw.xlen(log)).to.equal(1);
-    const current = await raw.eval(script, 2, log, reports, '9', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    expect(await ctx.raw.xlen(log)).to.equal(1);
+    const current = await ctx.raw.eval(script, 2, log, reports, '9', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
     expect(current).to.be.a('string');
-    expect(await raw.xlen(log)).to.equal(2);
+    expect(await ctx.raw.xlen(log)).to.equal(2);
   });
 });

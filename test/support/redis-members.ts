@@ -7,6 +7,9 @@ import { systemClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowIdAt } from '../../lib/window.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import type { RateLimiterOptions } from '../../middleware/options.js';
 import { demoPolicy, TEST_KEY_HASH } from './fixtures.js';
@@ -92,4 +95,63 @@ export function redisLimiter(url: string, prefix: string, nodeId: string, princi
     redis: { url, prefix, busSecret: BUS_SECRET },
     ...extra,
   });
+}
+
+/** A suite's private redis-server, a client on it, this test's key prefix, and a way to join. */
+export interface FleetSuite {
+  readonly redis: RedisProcess;
+  readonly raw: Redis;
+  /** A fresh prefix for each test, so no test sees another's keys. */
+  readonly prefix: string;
+  /** Joins as `nodeId` under this test's prefix; stopped after the test. */
+  join(nodeId: string, degradedAfterMs?: number, extra?: Partial<RedisConnectionOptions>): Member;
+}
+
+/**
+ * Registers the hooks of a suite of fleet members in this process over one private redis-server:
+ * started before the suite, a new prefix (`tag` + a counter) for each test, every member stopped
+ * after it, the server stopped at the end.
+ */
+export function fleetSuite(tag: string): FleetSuite {
+  let redis: RedisProcess | undefined;
+  let raw: Redis | undefined;
+  let prefix = '';
+  let n = 0;
+  const members: Member[] = [];
+  before(async () => {
+    redis = await startRedis();
+    raw = client(redis.url);
+  });
+  beforeEach(() => {
+    prefix = `${tag}${++n}`;
+  });
+  afterEach(async () => {
+    await Promise.all(members.splice(0).map((m) => m.stop()));
+  });
+  after(async () => {
+    raw?.disconnect();
+    await redis?.stop();
+  });
+  return {
+    get redis() {
+      return redis!;
+    },
+    get raw() {
+      return raw!;
+    },
+    get prefix() {
+      return prefix;
+    },
+    join(nodeId, degradedAfterMs, extra) {
+      const m = joinRedisFleet(redis!.url, prefix, nodeId, degradedAfterMs, extra);
+      members.push(m);
+      return m;
+    },
+  };
+}
+
+/** The window id and shard of `keyId`'s current window of `windowMs`. */
+export function placeOf(keyId: string, windowMs = 60_000): { windowId: number; shard: number } {
+  const windowId = windowIdAt(Date.now(), windowMs, phaseOffset(keyId, windowMs));
+  return { windowId, shard: shardOf(keyId, windowId, SHARDS) };
 }
