@@ -51,6 +51,8 @@ export interface Bodies {
   messages: { re: number; nodeId: string; messages: OwnerMessage[] };
   /** Where a node process takes fast-path asks directly (TCP): its record in Redis. */
   peer: PeerAddress;
+  /** A node's first frame on a direct connection: a fresh nonce for the listener to answer. */
+  hello: { nonce: string };
   /** A listener's answer to a connecting node's challenge: who it is, and the node's nonce. */
   greeting: PeerAddress & { nonce: string };
 }
@@ -166,6 +168,7 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
   greeting: object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str }),
+  hello: object({ nonce: str }),
 };
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
@@ -176,6 +179,7 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),
   greeting: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port, nonce: b.nonce }),
+  hello: (b) => ({ nonce: b.nonce }),
 };
 
 /**

@@ -11,8 +11,11 @@ const MAX_ACCEPTED = 256;
 const HANDSHAKE_MS = 2000;
 /** After a failed connection, the next attempt to the same process waits this long (asks use pub/sub meanwhile). */
 const RETRY_MS = 1000;
-/** Asks in a row with no answer after which a connection is taken for dead (a path that drops packets). */
-const UNANSWERED_MAX = 16;
+/**
+ * A connection that has had asks out and heard nothing for this long is taken for dead (a path that
+ * drops packets): longer than a log write may take (its command timeout is 2 s).
+ */
+const SILENT_MS = 3000;
 /** Bytes queued on a socket beyond which its peer is taken for stuck. */
 const MAX_QUEUED = 1 << 20;
 const KEEPALIVE_MS = 10_000;
@@ -32,20 +35,20 @@ interface Outgoing {
   readonly socket: Socket;
   readonly nonce: string;
   greeted: boolean;
-  /** Frames sent since the last one received. */
-  unanswered: number;
+  /** When the first frame still unanswered went out (anything received answers them all); 0: none out. */
+  waitingSince: number;
 }
 
 /**
  * The fast path's direct channel: a TCP listener per node process, and one connection from each
  * node to each owner it asks. Frames are envelopes (the bus's, HMAC-sealed) as JSON, one per line.
- * A node opens with a fresh nonce (`{"hello": nonce}`); the listener answers with a sealed
+ * A node opens with a sealed `hello` carrying a fresh nonce; the listener answers with a sealed
  * `greeting` — its node id, node epoch and address, and that nonce — and the node sends nothing
  * before the greeting names the very process it meant to reach: an address that has gone to another
  * process, a listener outside the fleet, or one replaying an old greeting gets no asks. Anything not
- * sealed with the bus secret closes the connection; so do oversized frames, a silent handshake, a
- * peer that stops reading, and (node side) 16 asks in a row with no answer, after which asks go over
- * Redis until a new connection is greeted. Nothing here decides credit: the bus does.
+ * sealed with the bus secret closes the connection; so do oversized frames, a handshake not done
+ * within 2 s, a peer that stops reading, and (node side) 3 s with asks out and nothing back, after
+ * which asks go over Redis until a new connection is greeted. Nothing here decides credit: the bus does.
  */
 export class PeerLink {
   private server?: Server;
@@ -86,11 +89,12 @@ export class PeerLink {
     if (o !== undefined && (o.to.nodeEpoch !== to.nodeEpoch || o.to.host !== to.host || o.to.port !== to.port)) this.drop(o);
     else if (o !== undefined) {
       if (!o.greeted) return false;
-      if (o.unanswered >= UNANSWERED_MAX || o.socket.writableLength > MAX_QUEUED) {
-        this.fail(o, new Error(`${o.unanswered} asks to ${o.to.host}:${o.to.port} unanswered, ${o.socket.writableLength} bytes queued`));
+      const now = performance.now();
+      if ((o.waitingSince > 0 && now - o.waitingSince > SILENT_MS) || o.socket.writableLength > MAX_QUEUED) {
+        this.fail(o, new Error(`nothing from ${o.to.host}:${o.to.port} for ${(now - o.waitingSince).toFixed(0)} ms with asks out, ${o.socket.writableLength} bytes queued`));
         return false;
       }
-      o.unanswered++;
+      if (o.waitingSince === 0) o.waitingSince = now;
       o.socket.write(`${frame}\n`);
       return true;
     }
@@ -122,8 +126,11 @@ export class PeerLink {
     this.accepted.add(socket);
     socket.setNoDelay(true);
     socket.setKeepAlive(true, KEEPALIVE_MS);
-    socket.setTimeout(HANDSHAKE_MS, () => socket.destroy());
-    socket.on('close', () => this.accepted.delete(socket));
+    const handshake = setTimeout(() => socket.destroy(), HANDSHAKE_MS);
+    socket.on('close', () => {
+      clearTimeout(handshake);
+      this.accepted.delete(socket);
+    });
     socket.on('error', () => socket.destroy());
     const reply = (frame: string): void => {
       if (socket.destroyed) return;
@@ -133,11 +140,11 @@ export class PeerLink {
     let hello = false;
     this.frames(socket, MAX_ASK, (frame) => {
       if (hello) return this.events.onFrame(frame, reply);
-      const nonce = (EnvelopeCodec.fromJson(frame) as { hello?: unknown }).hello;
-      if (typeof nonce !== 'string' || !NONCE.test(nonce)) throw new EnvelopeError('malformed', 'hello: must be {"hello": a nonce of 16-64 of A-Z a-z 0-9 _ -}');
+      const env = this.codec.open(EnvelopeCodec.fromJson(frame));
+      if (env.t !== 'hello' || !NONCE.test(env.body.nonce)) throw new EnvelopeError('malformed', 'hello: the first frame must be a hello with a nonce of 16-64 of A-Z a-z 0-9 _ -');
       hello = true;
-      socket.setTimeout(0);
-      socket.write(`${EnvelopeCodec.toJson(this.codec.seal('greeting', { ...self, nonce }))}\n`);
+      clearTimeout(handshake);
+      socket.write(`${EnvelopeCodec.toJson(this.codec.seal('greeting', { ...self, nonce: env.body.nonce }))}\n`);
     });
   }
 
@@ -146,18 +153,18 @@ export class PeerLink {
   private open(to: PeerAddress): void {
     if (!(to.port > 0 && to.port < 65536)) return;
     const socket = tcpConnect({ host: to.host, port: to.port });
-    const o: Outgoing = { to, socket, nonce: randomBytes(18).toString('base64url'), greeted: false, unanswered: 0 };
+    const o: Outgoing = { to, socket, nonce: randomBytes(18).toString('base64url'), greeted: false, waitingSince: 0 };
     this.out.set(to.nodeId, o);
     socket.setNoDelay(true);
     socket.setKeepAlive(true, KEEPALIVE_MS);
     socket.setTimeout(HANDSHAKE_MS, () => {
       if (!o.greeted) this.fail(o, new Error(`no greeting from ${to.host}:${to.port} within ${HANDSHAKE_MS} ms`));
     });
-    socket.on('connect', () => socket.write(`${JSON.stringify({ hello: o.nonce })}\n`));
+    socket.on('connect', () => socket.write(`${EnvelopeCodec.toJson(this.codec.seal('hello', { nonce: o.nonce }))}\n`));
     socket.on('error', (err: Error) => this.fail(o, err));
     socket.on('close', () => this.drop(o));
     this.frames(socket, MAX_ANSWER, (frame) => {
-      o.unanswered = 0;
+      o.waitingSince = 0;
       if (o.greeted) return this.events.onFrame(frame);
       const env = this.codec.open(EnvelopeCodec.fromJson(frame));
       if (env.t !== 'greeting' || env.body.nodeId !== to.nodeId || env.body.nodeEpoch !== to.nodeEpoch || env.body.nonce !== o.nonce) {

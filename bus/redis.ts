@@ -71,6 +71,8 @@ interface Owned {
   snapshotAt: number;
   /** Id of the last entry read from the shard's report stream. */
   lastRead: string;
+  /** Given up by this round, which runs once the shard's log writes are done. */
+  leaving?: boolean;
 }
 
 interface Member extends Presence {
@@ -90,6 +92,8 @@ export interface RedisBusStats extends FastPathStats {
   messagesSent: number;
   /** Owner messages dropped because a newer owner holds their shard. */
   staleMessages: number;
+  /** Grants issued but never sent: their log write failed, or came back too late to be sure of. */
+  grantsWithheld: number;
   takeovers: number;
   snapshots: number;
 }
@@ -112,7 +116,7 @@ export class RedisBus implements Bus {
   readonly stats: RedisBusStats = {
     rounds: 0, roundFailures: 0, reportsSent: 0, reportsSkipped: 0, entriesFolded: 0,
     rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 }, deadLettered: 0,
-    asksSent: 0, asksDirect: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, takeovers: 0, snapshots: 0,
+    asksSent: 0, asksDirect: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, grantsWithheld: 0, takeovers: 0, snapshots: 0,
   };
   private readonly redis: Client;
   private readonly reader: Client;
@@ -137,6 +141,8 @@ export class RedisBus implements Bus {
   private graceUntil = 0;
   private graceIds: string[] = [];
   private roundBusy = false;
+  /** Shards given up by a round still waiting for their log writes. */
+  private readonly releasing = new Set<number>();
   /** Messages to a node waiting for an earlier one (or its grants' log write), as one promise per node. */
   private readonly sends = new Map<string, Promise<void>>();
   /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
@@ -285,11 +291,12 @@ export class RedisBus implements Bus {
     this.fastPath.close();
     this.link?.close();
     const owned = [...this.owned.keys()];
+    const leave = [...owned, ...this.releasing];
     try {
       if (this.peerRecord !== undefined) await this.redis.del(this.peerKey(this.identity!.nodeId));
       await Promise.all(owned.map((s) => this.writeSnapshot(s)));
-      await Promise.allSettled(owned.flatMap((s) => this.logWrites.get(s) ?? []));
-      await this.runRound([], owned, true);
+      await Promise.allSettled(leave.flatMap((s) => this.logWrites.get(s) ?? []));
+      await this.runRound([], leave, true);
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
     }
@@ -342,15 +349,23 @@ export class RedisBus implements Bus {
     // And give it up only once its grants are on record: an ask's answer is logged on the fast-path
     // connection, which Redis may serve after this round's script on the other one — the next owner
     // would replay a log without that grant and issue its credit again.
-    for (const s of released) this.owned.delete(s);
+    for (const s of released) {
+      this.owned.get(s)!.leaving = true;
+      this.owned.delete(s);
+      this.releasing.add(s);
+    }
     const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
-      .then(() => this.runRound(wanted, released, false))
+      // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
+      .then(() => (this.closed ? undefined : this.runRound(wanted, released, false)))
       .catch((err: unknown) => {
         this.stats.roundFailures++;
         this.warn(err, 'control round failed');
       })
-      .finally(() => (this.roundBusy = false));
+      .finally(() => {
+        this.roundBusy = false;
+        for (const s of released) this.releasing.delete(s);
+      });
     this.snapshots(mono);
     this.claimStranded();
     this.fastPath.sweep();
@@ -709,6 +724,7 @@ export class RedisBus implements Bus {
       const re = asker ? answer.re : 0;
       this.inOrder(nodeId, list.some((m) => m.type === 'grant') ? logged : undefined, (ok) => {
         const rest = ok ? list : list.filter((m) => m.type !== 'grant');
+        this.stats.grantsWithheld += list.length - rest.length;
         if (ok || rest.length > 0) send(rest, ok ? re : 0);
       });
     }
@@ -721,14 +737,22 @@ export class RedisBus implements Bus {
   private inOrder(nodeId: string, ready: Promise<boolean> | undefined, go: (ok: boolean) => void): void {
     const prev = this.sends.get(nodeId);
     if (prev === undefined && ready === undefined) return go(true);
-    const next = (prev ?? Promise.resolve()).then(() => ready ?? true).then(go);
+    const next = (prev ?? Promise.resolve())
+      .then(() => ready ?? true)
+      .then(go)
+      .catch((err: unknown) => this.warn(err, 'owner messages not sent'));
     this.sends.set(nodeId, next);
     void next.finally(() => {
       if (this.sends.get(nodeId) === next) this.sends.delete(nodeId);
     });
   }
 
-  /** Appends grants to their shards' logs, one entry per shard; resolves with whether every write succeeded. */
+  /**
+   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write
+   * succeeded in time: its reply came while the shard was still ours (or being given up by a round
+   * that waits for it) and within our lease. A reply after that may be of a write Redis served after
+   * a successor replayed the log: its grants must not go out.
+   */
   private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
     const grants = new Map<number, Grant[]>();
     for (const m of messages) {
@@ -743,7 +767,7 @@ export class RedisBus implements Bus {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
       const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn)!;
-      writes.push(write);
+      writes.push(write.then((ok) => ok && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil));
       // Writes go on two connections, so a later one may finish first: wait for all of them.
       const prev = this.logWrites.get(shard);
       const pending = prev === undefined ? write : Promise.allSettled([prev, write]);

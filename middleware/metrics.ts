@@ -17,7 +17,7 @@ export interface MetricSources {
 
 /** Bus counters some transports keep (the Redis bus does); read if present. */
 interface BusStats {
-  readonly stats?: { rejected?: Record<string, number>; staleMessages?: number; asksSent?: number; asksDirect?: number };
+  readonly stats?: { rejected?: Record<string, number>; staleMessages?: number; asksSent?: number; asksDirect?: number; grantsWithheld?: number };
 }
 
 /** Seconds, from 1 µs (a decision from held credit) to 25 ms (a fast path that waited). */
@@ -88,6 +88,14 @@ export class LimiterMetrics {
         if (bus?.asksSent === undefined) return;
         this.inc({ transport: 'direct' }, bus.asksDirect ?? 0);
         this.inc({ transport: 'redis' }, bus.asksSent - (bus.asksDirect ?? 0));
+      },
+    });
+    new Counter({
+      name: 'fleet_ratelimit_grants_withheld_total',
+      help: 'As a shard owner: grants issued but never sent, because their log write failed or came back too late in the lease to be sure of (accuracy lost, never safety).',
+      registers: [r],
+      collect() {
+        mirror(this, (src.bus as unknown as BusStats).stats?.grantsWithheld ?? 0);
       },
     });
     new Gauge({
