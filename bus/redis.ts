@@ -5,10 +5,9 @@ import type { FleetView } from '../lib/fold-owner.js';
 import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, unsettled, withinReach, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { hostname } from 'node:os';
 import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
 import { FastPath, type FastPathStats } from './fast-path.js';
-import { PeerLink } from './peer-link.js';
+import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
@@ -31,10 +30,6 @@ const GROUP = 'owners';
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
 const WARM_UP_KEY = 'warm-up';
 const READ_COUNT = 500;
-/** Rounds between refreshes of the fast-path address records (each process's own, and the others'). */
-const PEER_EVERY_ROUNDS = 40;
-/** A process's address record lapses this many rounds after its last refresh. */
-const PEER_TTL_ROUNDS = 4 * PEER_EVERY_ROUNDS;
 
 const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
 const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
@@ -153,12 +148,7 @@ export class RedisBus implements Bus {
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly fastPath: FastPath;
   /** The fast path's direct channel; undefined when `fastPath: false`. */
-  private readonly link?: PeerLink;
-  /** Other processes' fast-path listeners, as last read from Redis, by node id. */
-  private readonly peers = new Map<string, PeerAddress>();
-  /** This process's own record (sealed), once its listener is up. */
-  private peerRecord?: string;
-  private peersReadAt = Number.NEGATIVE_INFINITY;
+  private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
@@ -189,10 +179,20 @@ export class RedisBus implements Bus {
       nodeEpoch: () => this.identity!.nodeEpoch,
     });
     if (opts.fastPath !== false) {
-      this.link = new PeerLink(this.codec, {
-        onFrame: (frame, reply) => this.onFrame(frame, reply),
-        onProblem: (err, what) => this.warn(err, what),
-      });
+      this.direct = new DirectChannel(
+        {
+          codec: this.codec,
+          redis: this.redis,
+          clock: this.clock,
+          roundMs: opts.roundMs,
+          recordKey: (nodeId) => this.ctl(`peer:${nodeId}`),
+          members: () => this.members,
+          open: (fields) => this.tryOpen(fields),
+          onFrame: (frame, reply) => this.onFrame(frame, reply),
+          warn: (err, msg) => this.warn(err, msg),
+        },
+        opts.fastPath ?? {},
+      );
     }
     this.readyPromise = new Promise((resolve, reject) => {
       this.readyResolve = resolve;
@@ -209,7 +209,7 @@ export class RedisBus implements Bus {
     this.deliver = onMessage;
     this.onOwnersChanged = onOwnersChanged;
     void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
-    this.listen(node);
+    this.direct?.listen(node);
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
       publish: (batch) => this.publish(batch),
@@ -256,7 +256,7 @@ export class RedisBus implements Bus {
 
   /** Where this process takes fast-path asks directly; undefined before its listener is up, or with `fastPath: false`. */
   fastPathAddress(): PeerAddress | undefined {
-    return this.peerRecord === undefined ? undefined : (this.codec.open(EnvelopeCodec.fromJson(this.peerRecord)).body as PeerAddress);
+    return this.direct?.address();
   }
 
   /**
@@ -289,11 +289,11 @@ export class RedisBus implements Bus {
     this.readyReject?.(new Error('the bus was closed before it was ready'));
     this.readyResolve = undefined;
     this.fastPath.close();
-    this.link?.close();
+    const closing = this.direct?.close();
     const owned = [...this.owned.keys()];
     const leave = [...owned, ...this.releasing];
     try {
-      if (this.peerRecord !== undefined) await this.redis.del(this.peerKey(this.identity!.nodeId));
+      await closing;
       await Promise.all(owned.map((s) => this.writeSnapshot(s)));
       await Promise.allSettled(leave.flatMap((s) => this.logWrites.get(s) ?? []));
       await this.runRound([], leave, true);
@@ -320,10 +320,6 @@ export class RedisBus implements Bus {
 
   private channel(nodeId: string): string {
     return `${this.prefix}:node:${nodeId}`;
-  }
-
-  private peerKey(nodeId: string): string {
-    return this.ctl(`peer:${nodeId}`);
   }
 
   private get consumer(): string {
@@ -369,10 +365,7 @@ export class RedisBus implements Bus {
     this.snapshots(mono);
     this.claimStranded();
     this.fastPath.sweep();
-    if (this.stats.rounds % PEER_EVERY_ROUNDS === 0) {
-      this.publishPeer();
-      void this.readPeers();
-    }
+    if (this.stats.rounds % REFRESH_ROUNDS === 0) this.direct?.refresh();
   }
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
@@ -910,56 +903,9 @@ export class RedisBus implements Bus {
    */
   private sendAsk(owner: string, ask: Bodies['ask']): boolean {
     const frame = EnvelopeCodec.toJson(this.codec.seal('ask', ask));
-    const peer = this.peers.get(owner);
-    if (peer !== undefined && peer.nodeEpoch === this.members.get(owner)?.epoch && this.link?.send(peer, frame)) return true;
-    if (peer === undefined || peer.nodeEpoch !== this.members.get(owner)?.epoch) void this.readPeers(true);
+    if (this.direct?.send(owner, frame)) return true;
     this.fast.publish(this.channel(owner), frame).catch(() => undefined);
     return false;
-  }
-
-  /** Starts the fast-path listener (unless `fastPath: false`) and publishes where it is. */
-  private listen(node: NodeIdentity): void {
-    if (this.link === undefined) return;
-    const fp = this.opts.fastPath || {};
-    const host = fp.host ?? '127.0.0.1';
-    const advertise = fp.advertise ?? (host === '0.0.0.0' || host === '::' ? hostname() : host);
-    this.link
-      .listen(node, host, fp.port ?? 0, advertise)
-      .then((addr) => {
-        if (this.closed) return;
-        this.peerRecord = EnvelopeCodec.toJson(this.codec.seal('peer', addr));
-        this.publishPeer();
-      })
-      .catch((err: unknown) => this.warn(err, `fast-path listener could not start on ${host}:${fp.port ?? 0}; asks to this node go over Redis`));
-  }
-
-  /** Refreshes this process's listener record (it expires unless refreshed, so a dead process's goes away). */
-  private publishPeer(): void {
-    if (this.peerRecord === undefined || this.closed) return;
-    this.redis.set(this.peerKey(this.identity!.nodeId), this.peerRecord, 'PX', PEER_TTL_ROUNDS * this.opts.roundMs).catch((err: Error) => this.warn(err, 'fast-path address not published'));
-  }
-
-  /**
-   * Reads the other members' listener records; each must be sealed with the bus secret and name the
-   * node it is stored under. `soon`: an owner had none, so read now unless read within a round.
-   */
-  private async readPeers(soon = false): Promise<void> {
-    const now = this.clock.monotonic();
-    if (this.link === undefined || this.closed || (soon && now - this.peersReadAt < this.opts.roundMs)) return;
-    this.peersReadAt = now;
-    const ids = [...this.members.keys()].filter((id) => id !== this.identity?.nodeId);
-    for (const id of this.peers.keys()) if (!this.members.has(id)) this.peers.delete(id);
-    if (ids.length === 0) return;
-    try {
-      const records = await this.redis.mget(...ids.map((id) => this.peerKey(id)));
-      ids.forEach((id, i) => {
-        const env = records[i] == null ? undefined : this.tryOpen(EnvelopeCodec.fromJson(records[i]!));
-        if (env?.t === 'peer' && env.body.nodeId === id) this.peers.set(id, env.body);
-        else this.peers.delete(id);
-      });
-    } catch (err) {
-      this.warn(err, 'fast-path addresses not read');
-    }
   }
 
   /**
@@ -967,7 +913,7 @@ export class RedisBus implements Bus {
    * and the owners' handlers are warm when the first real ask races its 1 ms deadline.
    */
   private async warmUp(): Promise<void> {
-    await this.readPeers();
+    await this.direct?.read();
     let w = 0;
     for (let i = 0; i < 20 && !this.closed; i++) {
       const owners = new Map<string, CreditRequest[]>();
