@@ -75,6 +75,7 @@ export class PeerLink {
       });
     });
     server.on('error', (err: Error) => this.events.onProblem(err, 'fast-path listener error'));
+    if (this.closed) server.close(); // closed while it was starting
     this.self = { ...identity, host: advertise, port: (server.address() as AddressInfo).port };
     return this.self;
   }
