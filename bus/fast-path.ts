@@ -1,4 +1,5 @@
 import type { CreditRequest, Grant, OwnerMessage } from '../lib/protocol/messages.js';
+import { quantile } from '../lib/quantile.js';
 import type { Bodies } from './codec.js';
 
 /** The fast path's counters, part of the Redis bus's. */
@@ -117,8 +118,7 @@ export class FastPath {
     const sorted: number[] = [];
     for (let i = this.rttCount - n; i < this.rttCount; i++) sorted.push(this.rtts[i % this.rtts.length]!);
     sorted.sort((a, b) => a - b);
-    const at = (q: number): number => (n === 0 ? Number.NaN : sorted[Math.min(n - 1, Math.floor(q * n))]!);
-    return { count: this.rttCount, p50: at(0.5), p99: at(0.99) };
+    return { count: this.rttCount, p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99) };
   }
 
   /** Forgets asks settled over a second ago (kept that long so a late answer still has its round trip measured). */

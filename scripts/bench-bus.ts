@@ -8,6 +8,7 @@ import { joinFleet } from '../bus/member.js';
 import { RedisBus, type RedisBusStats } from '../bus/redis.js';
 import { systemClock } from '../lib/clock.js';
 import { compilePolicy } from '../lib/policy.js';
+import { quantile } from '../lib/quantile.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../lib/window.js';
 import { startRedis } from './redis-server.js';
 
@@ -147,8 +148,7 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
 }
 
 function percentile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+  return quantile([...values].sort((a, b) => a - b), q);
 }
 
 async function parent(s: Settings): Promise<void> {

@@ -3,6 +3,7 @@ import { createServer, connect, type AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
+import { quantile } from '../lib/quantile.js';
 import { startRedis } from './redis-server.js';
 
 /**
@@ -40,8 +41,7 @@ async function owner(url: string): Promise<void> {
 
 function stats(v: number[]): string {
   const s = [...v].sort((a, b) => a - b);
-  const at = (q: number): string => s[Math.min(s.length - 1, Math.floor(q * s.length))]!.toFixed(3);
-  return `${at(0.5)} / ${at(0.9)} / ${at(0.99)}`;
+  return [0.5, 0.9, 0.99].map((q) => quantile(s, q).toFixed(3)).join(' / ');
 }
 
 async function main(): Promise<void> {

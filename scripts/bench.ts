@@ -7,6 +7,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { pino } from 'pino';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
+import { quantile } from '../lib/quantile.js';
 import { rateLimiter } from '../middleware/rate-limiter.js';
 import { memoryFootprints } from './bench-memory.js';
 import {
@@ -47,7 +48,6 @@ const cannon = autocannon as (opts: Record<string, unknown>) => Promise<CannonRe
 const log = (msg: string): void => void process.stderr.write(`${msg}\n`);
 const key = (i: number): string => `bench-key-${i}`;
 const round = (x: number, digits = 2): number => Math.round(x * 10 ** digits) / 10 ** digits;
-const at = (sorted: ArrayLike<number>, q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
@@ -171,7 +171,7 @@ async function measure(fn: (i: number) => unknown, cfg: typeof MICRO = MICRO): P
     if (k % cfg.chunk === cfg.chunk - 1) await tick();
   }
   samples.sort();
-  const us = (q: number): number => round(at(samples, q) / 1000, 3);
+  const us = (q: number): number => round(quantile(samples, q) / 1000, 3);
   return { nsPerCall: round(Number(batchNs) / cfg.calls, 0), p50Us: us(0.5), p99Us: us(0.99) };
 }
 

@@ -3,6 +3,7 @@ import { joinFleet } from '../../bus/member.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { quantile } from '../../lib/quantile.js';
 import { phaseOffset, windowIdAt, windowStartMs } from '../../lib/window.js';
 import { EventQueue, nextArrival, seededRandom } from './queue.js';
 import type { KeyTraffic, Scenario } from './scenarios.js';
@@ -254,8 +255,8 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     underPct: pct((100 * under) / Math.max(1, within)),
     falseDenialPct: pct((100 * falseDenied) / Math.max(1, fairOffered)),
     fastPathPct: pct((100 * (fastPath - fastPathAtWarmup)) / Math.max(1, offered - offeredAtWarmup)),
-    fastPathRttP50Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.5)]!) : null,
-    fastPathRttP99Ms: rtts.length ? pct(rtts[Math.floor(rtts.length * 0.99)]!) : null,
+    fastPathRttP50Ms: rtts.length ? pct(quantile(rtts, 0.5)) : null,
+    fastPathRttP99Ms: rtts.length ? pct(quantile(rtts, 0.99)) : null,
     maxOutstandingRatio: pct(maxOutstanding),
     selfGrants: all.reduce((n, m) => n + m.node.stats.selfGrants, 0),
     messagesPerNodePerSec: Math.round(bus.stats.messages / opts.nodes / (opts.durationMs / 1000)),
