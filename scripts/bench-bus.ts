@@ -1,4 +1,4 @@
-import { fork, spawn } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -10,6 +10,7 @@ import { systemClock } from '../lib/clock.js';
 import { compilePolicy } from '../lib/policy.js';
 import { quantile } from '../lib/quantile.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../lib/window.js';
+import { startBurners } from './burners.js';
 import { startRedis } from './redis-server.js';
 
 /**
@@ -158,7 +159,7 @@ async function parent(s: Settings): Promise<void> {
   await raw.flushdb();
   const statsBefore = await commandStats(raw);
   const startAt = Date.now() + 1500;
-  const burners = Array.from({ length: s.burners }, () => spawn(process.execPath, ['-e', `const end = Date.now() + ${s.durationMs + 1500}; while (Date.now() < end) {}`], { stdio: 'ignore' }));
+  const burners = startBurners(s.burners, s.durationMs + 1500);
   const script = fileURLToPath(import.meta.url);
   const reports = await Promise.all(
     Array.from({ length: s.nodes }, (_, index) =>

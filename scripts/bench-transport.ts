@@ -1,9 +1,10 @@
-import { fork, spawn } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { quantile } from '../lib/quantile.js';
+import { startBurners } from './burners.js';
 import { startRedis } from './redis-server.js';
 
 /**
@@ -61,7 +62,8 @@ async function main(): Promise<void> {
   const url = v.redis ?? own!.url;
   const child = fork(fileURLToPath(import.meta.url), ['--owner', url], { stdio: 'inherit' });
   const port = await new Promise<number>((r) => child.once('message', (m) => r(m as number)));
-  const burning = Array.from({ length: burners }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+  // Long enough for any run: a sample's three round trips and pauses take well under 20 ms.
+  const burning = startBurners(burners, 60_000 + 20 * samples);
   const sub = new Redis(url);
   const cmd = new Redis(url);
   await sub.subscribe('bench:transport:asker');
