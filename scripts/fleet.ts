@@ -220,8 +220,13 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     throw new Error(`startFleet: basePort must be a whole number from 1 to ${65536 - opts.nodes} for ${opts.nodes} node(s), got ${opts.basePort}`);
   }
   const env = fleetEnv(opts);
-  const ports = opts.basePort ? Array.from({ length: opts.nodes }, (_, i) => opts.basePort! + i) : await freePorts(opts.nodes);
-  const nodes = ports.map((port, i) => new Gateway(i, port, env, opts.stdio ?? 'pipe', opts.onExit));
+  // On free ports, each node's fast-path listener gets one of its own too, picked with the others: left
+  // to the kernel in the node, it could take a port picked here for another node's HTTP listener.
+  const free = opts.basePort ? [] : await freePorts(2 * opts.nodes);
+  const ports = opts.basePort ? Array.from({ length: opts.nodes }, (_, i) => opts.basePort! + i) : free.slice(0, opts.nodes);
+  const nodeEnv = (i: number): Readonly<Record<string, string>> =>
+    free.length === 0 || env.FAST_PATH_PORT !== undefined ? env : { ...env, FAST_PATH_PORT: String(free[opts.nodes + i]) };
+  const nodes = ports.map((port, i) => new Gateway(i, port, nodeEnv(i), opts.stdio ?? 'pipe', opts.onExit));
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopping ??= Promise.all(nodes.map((n) => n.stop())).then(() => undefined));
   const results = await Promise.allSettled(nodes.map((n) => n.start()));
