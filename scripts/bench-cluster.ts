@@ -10,7 +10,8 @@ import { startRedis } from './redis-server.js';
  * i mod 3) at a steady rate: demo-pro (100 per 1 s) at 50/s for 20 s and demo-free (10 per 1 s) at
  * 5/s for 20 s — half their limits, so every refusal is a false one — then demo-pro at 300/s for
  * 10 s, whose admissions are counted per window of the key (its phase offset included). Prints one
- * table; the end-to-end tests hold the same cases to bounds a loaded machine can meet.
+ * table, with the asks to remote owners each run made and those that missed the deadline (from the
+ * nodes' /metrics); the end-to-end tests hold the same cases to bounds a loaded machine can meet.
  */
 
 const USAGE = 'usage: npm run bench:cluster -- [--deadline-ms 1] [--transport direct|redis] [--redis redis://host:port]';
@@ -24,11 +25,27 @@ interface Run {
   refused: number;
   /** Admissions per window of the key, complete windows only. */
   perWindow: number[];
+  /** Asks to a remote owner during the run, and those that missed the deadline (summed over nodes). */
+  asks: number;
+  late: number;
+}
+
+/** A counter summed over every node's /metrics. */
+async function counter(fleet: Fleet, name: string): Promise<number> {
+  let sum = 0;
+  for (const node of fleet.nodes) {
+    const text = await (await fetch(`${node.url}/metrics`)).text();
+    const m = new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'm').exec(text);
+    sum += m === null ? 0 : Number(m[1]);
+  }
+  return sum;
 }
 
 async function drive(fleet: Fleet, key: string, limitWindowMs: number, rate: number, seconds: number): Promise<Run> {
   const offset = phaseOffset(new KeyHasher([{ version: 'v1', secret: SECRET }]).hash(key), limitWindowMs);
   const byWindow = new Map<number, number>();
+  const asks0 = await counter(fleet, 'fleet_ratelimit_fast_path_total');
+  const late0 = await counter(fleet, 'fleet_ratelimit_fast_path_timeouts_total');
   const start = Date.now();
   const n = rate * seconds;
   let admitted = 0;
@@ -51,7 +68,9 @@ async function drive(fleet: Fleet, key: string, limitWindowMs: number, rate: num
   await Promise.all(pending);
   // The first and last windows are partly outside the run.
   const ids = [...byWindow.keys()].sort((a, b) => a - b).slice(1, -1);
-  return { key, rate, seconds, admitted, refused, perWindow: ids.map((w) => byWindow.get(w)!) };
+  const asks = (await counter(fleet, 'fleet_ratelimit_fast_path_total')) - asks0;
+  const late = (await counter(fleet, 'fleet_ratelimit_fast_path_timeouts_total')) - late0;
+  return { key, rate, seconds, admitted, refused, perWindow: ids.map((w) => byWindow.get(w)!), asks, late };
 }
 
 async function main(): Promise<void> {
@@ -77,15 +96,15 @@ async function main(): Promise<void> {
     const rows = runs.map((r) => {
       const w = r.perWindow;
       const range = w.length === 0 ? '-' : `${Math.min(...w)}–${Math.max(...w)} (mean ${(w.reduce((a, b) => a + b, 0) / w.length).toFixed(1)})`;
-      return `| ${r.key} at ${r.rate}/s for ${r.seconds} s | ${r.admitted + r.refused} | ${r.refused} | ${range} |`;
+      return `| ${r.key} at ${r.rate}/s for ${r.seconds} s | ${r.admitted + r.refused} | ${r.refused} | ${r.asks} | ${r.late} | ${range} |`;
     });
     process.stdout.write(
       [
         `three gateway processes over ${own === undefined ? v.redis : 'a private redis-server'}, round robin, fast path ${transport === 'direct' ? 'direct (TCP)' : 'over Redis pub/sub'}, deadline ${deadline} ms`,
         `command: npm run bench:cluster -- ${process.argv.slice(2).join(' ')}`,
         '',
-        '| traffic | requests | refused | admitted per complete window |',
-        '|---|---:|---:|---|',
+        '| traffic | requests | refused | asks | asks late | admitted per complete window |',
+        '|---|---:|---:|---:|---:|---|',
         ...rows,
         '',
       ].join('\n'),

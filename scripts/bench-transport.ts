@@ -8,17 +8,18 @@ import { startBurners } from './burners.js';
 import { startRedis } from './redis-server.js';
 
 /**
- * `npm run bench:transport [-- --samples 2000 --burners 0 --redis URL]`: the floor under the fast
- * path — what an ask's round trip costs on this machine with no limiter work in either process. An
- * "asker" and an "owner" process exchange 300-byte messages, one at a time with a 2 ms pause between
- * (so both are idle when a message arrives, as at a quiet gateway), the owner logging each with an
+ * `npm run bench:transport [-- --samples 2000 --burners 0 --pause-ms 2 --redis URL]`: the floor under
+ * the fast path — what an ask's round trip costs on this machine with no limiter work in either
+ * process. An "asker" and an "owner" process exchange 300-byte messages, one at a time with a pause
+ * between (2 ms: both idle when a message arrives; 100 ms: both asleep, as at a quiet gateway, where
+ * waking each process costs more), the owner logging each with an
  * XADD before it answers, as the real owner does. Three ways, interleaved so each sees the same
  * machine: both ways over Redis pub/sub (the fallback), both ways over TCP with the XADD awaited
  * (the direct channel), and the owner's XADD alone. Compare with `npm run bench:bus`, which adds
  * the protocol's own work.
  */
 
-const USAGE = 'usage: npm run bench:transport -- [--samples 2000] [--burners 0] [--redis redis://host:port]';
+const USAGE = 'usage: npm run bench:transport -- [--samples 2000] [--burners 0] [--pause-ms 2] [--redis redis://host:port]';
 const PAYLOAD = 'x'.repeat(300);
 const WAYS = ['redis pub/sub both ways', 'TCP, XADD awaited (direct channel)', 'XADD alone (owner → Redis → owner)'] as const;
 
@@ -48,7 +49,7 @@ function stats(v: number[]): string {
 async function main(): Promise<void> {
   let v;
   try {
-    v = parseArgs({ options: { samples: { type: 'string' }, burners: { type: 'string' }, redis: { type: 'string' }, owner: { type: 'string' } }, strict: true }).values;
+    v = parseArgs({ options: { samples: { type: 'string' }, burners: { type: 'string' }, 'pause-ms': { type: 'string' }, redis: { type: 'string' }, owner: { type: 'string' } }, strict: true }).values;
   } catch (err) {
     process.stderr.write(`bench:transport: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
@@ -58,12 +59,14 @@ async function main(): Promise<void> {
   const burners = Number(v.burners ?? 0);
   if (!Number.isInteger(samples) || samples < 100 || samples > 100_000) throw new Error(`--samples must be an integer from 100 to 100000, got "${v.samples}"`);
   if (!Number.isInteger(burners) || burners < 0 || burners > 16) throw new Error(`--burners must be an integer from 0 to 16, got "${v.burners}"`);
+  const pause = Number(v['pause-ms'] ?? 2);
+  if (!Number.isInteger(pause) || pause < 1 || pause > 1000) throw new Error(`--pause-ms must be an integer from 1 to 1000, got "${v['pause-ms']}"`);
   const own = v.redis === undefined ? await startRedis() : undefined;
   const url = v.redis ?? own!.url;
   const child = fork(fileURLToPath(import.meta.url), ['--owner', url], { stdio: 'inherit' });
   const port = await new Promise<number>((r) => child.once('message', (m) => r(m as number)));
-  // Long enough for any run: a sample's three round trips and pauses take well under 20 ms.
-  const burning = startBurners(burners, 60_000 + 20 * samples);
+  // Long enough for any run: a sample is three round trips and three pauses.
+  const burning = startBurners(burners, 60_000 + (20 + 3 * pause) * samples);
   const sub = new Redis(url);
   const cmd = new Redis(url);
   await sub.subscribe('bench:transport:asker');
@@ -82,13 +85,13 @@ async function main(): Promise<void> {
     });
   for (let i = 0; i < samples; i++) {
     rtt[0]!.push(await once(() => cmd.publish('bench:transport:owner', PAYLOAD)));
-    await new Promise((r) => setTimeout(r, 2));
+    await new Promise((r) => setTimeout(r, pause));
     rtt[1]!.push(await once(() => socket.write(PAYLOAD)));
-    await new Promise((r) => setTimeout(r, 2));
+    await new Promise((r) => setTimeout(r, pause));
     const start = performance.now();
     await cmd.call('XADD', 'bench:transport:log', 'MAXLEN', '~', '1000', '*', 'b', PAYLOAD);
     rtt[2]!.push(performance.now() - start);
-    await new Promise((r) => setTimeout(r, 2));
+    await new Promise((r) => setTimeout(r, pause));
   }
   for (const b of burning) b.kill();
   child.kill();
