@@ -136,6 +136,7 @@ const grantRec = record<Omit<Grant, 'type'>>([
   ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
   ['ownerEpoch', posint], ['grantSeq', posint], ['issued', uint],
 ]);
+const GRANT_FIELDS = 9;
 const adjustRec = record<Omit<Adjust, 'type'>>([
   ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
   ['ownerEpoch', posint], ['keep', int], ['exhausted', bool], ['grantSeq', uint],
@@ -145,12 +146,19 @@ const requestRec = record<CreditRequest>([
   ['spent', uint], ['selfIssued', uint], ['released', uint], ['need', uint], ['demand', num], ['fastPath', bool],
 ]);
 
-const decodeGrant: Reader<Grant> = (v, p) => ({ type: 'grant', ...grantRec.decode(v, p) });
+/** A grant's fields, then `floated` when not 0 (a release that does not know it ignores it, and counts more committed). */
+const decodeGrant: Reader<Grant> = (v, p) => {
+  const g = grantRec.decode(v, p);
+  const floated = (v as unknown[]).length > GRANT_FIELDS ? uint((v as unknown[])[GRANT_FIELDS], `${p}.floated`) : 0;
+  if (floated > g.issued) bad(`${p}.floated`, 'must not be more than issued');
+  return floated > 0 ? { type: 'grant', ...g, floated } : { type: 'grant', ...g };
+};
+const encodeGrant = (g: Grant): unknown[] => (g.floated ? [...grantRec.encode(g), g.floated] : grantRec.encode(g));
 const decodeMessage: Reader<OwnerMessage> = (v, p) => {
   if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
   return v[0] === 'g' ? decodeGrant(v[1], `${p}.grant`) : { type: 'adjust', ...adjustRec.decode(v[1], `${p}.adjust`) };
 };
-const encodeMessage = (m: OwnerMessage): unknown[] => (m.type === 'grant' ? ['g', grantRec.encode(m)] : ['a', adjustRec.encode(m)]);
+const encodeMessage = (m: OwnerMessage): unknown[] => (m.type === 'grant' ? ['g', encodeGrant(m)] : ['a', adjustRec.encode(m)]);
 
 const batchFields = { shard: uint, nodeId: str, nodeEpoch: str, round: uint, reports: list(reportRec.decode) };
 const decodeBatch = object<ReportBatch>(batchFields);
@@ -173,8 +181,8 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
-  grants: (b) => ({ shard: b.shard, grants: b.grants.map(grantRec.encode) }),
-  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', grantRec.encode(e.grant)])) }),
+  grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant) }),
+  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])) }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),

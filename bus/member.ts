@@ -38,6 +38,7 @@ export function joinFleet(bus: Bus, s: MemberSettings, clock: Clock): { node: Le
     roundMs: s.roundMs,
     fleet: bus.fleetView(identity),
     clock,
+    floatHolder: identity,
   });
   bus.serveOwner(identity, owner);
   return { node, owner };

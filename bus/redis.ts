@@ -363,6 +363,7 @@ export class RedisBus implements Bus {
         for (const s of released) this.releasing.delete(s);
       });
     this.snapshots(mono);
+    this.refillFloats();
     this.claimStranded();
     this.fastPath.sweep();
     if (this.stats.rounds % REFRESH_ROUNDS === 0) this.direct?.refresh();
@@ -685,10 +686,13 @@ export class RedisBus implements Bus {
 
   /**
    * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
-   * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log
-   * first, and to other nodes only once the log has them: a later owner replays the log, and must not
-   * issue that credit again. A grant the log could not take is withheld (the ledger counts it issued,
-   * which costs accuracy, never safety). Messages to one node leave in the order they were made.
+   * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log, and
+   * to other nodes only once the log has all they state: a later owner replays the log, and must not
+   * issue that credit again. A grant whose credit beyond the float's was on record already (an ask
+   * the owner's float covered) goes first and is logged after. A grant the log could not take is
+   * withheld (the ledger counts it issued, which costs accuracy, never safety), and after a write that
+   * came back in time the owner knows its grants are on record. Messages to one node leave in the
+   * order they were made.
    * This node's own grants are applied at once: its reports carry them to a later owner.
    */
   private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
@@ -701,7 +705,9 @@ export class RedisBus implements Bus {
     }
     // An ask's answer takes the connection that is not auto-pipelined (no wait for the next turn).
     const conn = answer === undefined ? this.redis : this.fast;
-    const logged = this.logGrants(messages, conn);
+    // Written once the asker's answer has gone if it need not wait for it (the float covered it).
+    let logged: Promise<boolean> | undefined;
+    const log = (): Promise<boolean> => (logged ??= this.logGrants(messages, conn));
     for (const [nodeId, list] of byNode) {
       const asker = nodeId === answer?.to;
       if (nodeId === this.identity?.nodeId && !asker) {
@@ -715,10 +721,18 @@ export class RedisBus implements Bus {
         else conn.publish(this.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
       };
       const re = asker ? answer.re : 0;
-      this.inOrder(nodeId, list.some((m) => m.type === 'grant') ? logged : undefined, (ok) => {
+      // A grant all of whose credit is on record already (an ask the float covered) need not wait.
+      const waits = list.some((m) => m.type === 'grant' && this.owner!.onRecord?.(m) !== true);
+      this.inOrder(nodeId, waits ? log() : undefined, (ok) => {
         const rest = ok ? list : list.filter((m) => m.type !== 'grant');
         this.stats.grantsWithheld += list.length - rest.length;
         if (ok || rest.length > 0) send(rest, ok ? re : 0);
+      });
+    }
+    const grants = messages.filter((m): m is Grant => m.type === 'grant');
+    if (grants.length > 0) {
+      void log().then((ok) => {
+        if (ok) this.owner!.logged?.(grants);
       });
     }
   }
@@ -770,6 +784,18 @@ export class RedisBus implements Bus {
       });
     }
     return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
+  }
+
+  /**
+   * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them; a float is usable once its
+   * write came back in time. Floats are only logged, never sent: they are this owner's own credit.
+   */
+  private refillFloats(): void {
+    const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
+    if (floats.length === 0) return;
+    void this.logGrants(floats).then((ok) => {
+      if (ok) this.owner!.logged?.(floats);
+    });
   }
 
   /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */

@@ -15,6 +15,12 @@ export interface CreditOwner {
   replay(entries: readonly LogEntry[]): void;
   /** A checkpoint of one shard's ledgers as log entries, so the log behind it can be trimmed. */
   snapshot(shard: number): LogEntry[];
+  /** Tops up the owner's floats on the shards it serves: grants to log, never to send (turns floats on). */
+  refillFloats?(serving: (shard: number) => boolean): Grant[];
+  /** Grants whose log write came back in time (their shard still ours, within the lease). */
+  logged?(grants: readonly Grant[]): void;
+  /** Whether all a grant states is on record already, so it may go out before its own log write. */
+  onRecord?(grant: Grant): boolean;
 }
 
 /** Identity of a connected node process. */

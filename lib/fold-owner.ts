@@ -33,14 +33,32 @@ export interface FoldOwnerConfig {
   readonly roundMs: number;
   readonly fleet: FleetView;
   readonly clock: Clock;
+  /**
+   * This process, as the holder of its floats (`refillFloats`): credit it logs as issued to itself,
+   * so a remote ask the float covers is answered without waiting for a log write.
+   */
+  readonly floatHolder?: { readonly nodeId: string; readonly nodeEpoch: string };
 }
+
+/** Node epoch prefix of a float's lease: `float.<holder's node epoch>`, its lease number the owner epoch. */
+export const FLOAT_PREFIX = 'float.';
 
 /** One lease (a node epoch's bucket life) in one ledger, as merged from requests and reports. */
 interface Lease {
   readonly nodeId: string;
   readonly nodeEpoch: string;
   readonly lease: number;
+  /** An owner's float (`FLOAT_PREFIX`): credit it logged as issued to itself, for asks. */
+  readonly float: boolean;
   issued: number;
+  /** Part of `issued` moved out of a float: committed already, as the float's. */
+  floated: number;
+  /**
+   * Largest `issued − floated` of a grant of this lease known to be on record in the log, under owner
+   * epoch `recordEpoch` (after a change of epoch — Redis may have lost the log — nothing is known).
+   */
+  onRecord: number;
+  recordEpoch: number;
   /**
    * Largest `issued` the node itself reported for this window (live reports only, not a replayed
    * log): credit it had applied, so it cannot have granted itself credit at this window's boundary.
@@ -71,7 +89,33 @@ interface Ledger {
   announced: boolean;
   /** Few per ledger (one per node epoch and bucket life): an array beats a Map here. */
   leases: Lease[];
+  /** This owner's float in this window, if it has one (`refillFloats`). */
+  float?: Float;
+  /** Credit remote asks wanted since the last refill, and the most in one refill period. */
+  asks: number;
+  askPeak: number;
+  /** Whether this window had remote asks of its own (not only a size inherited from the one before). */
+  asked: boolean;
 }
+
+/** An owner's float in one window, under one owner epoch. */
+interface Float {
+  readonly lease: Lease;
+  /** The lease's `issued` when this owner took it up (a replayed float is not this owner's to use). */
+  readonly base: number;
+  /** Largest cumulative `issued` of the float known to be on record in the log. */
+  onRecord: number;
+  /** Credit moved out of it to asking leases. */
+  moved: number;
+  /** Refills waited for its last log write to come back. */
+  waited: number;
+}
+
+/** Refills a float waits for its log write before writing its grant again. */
+const RELOG_ROUNDS = 4;
+
+/** A float holds at least this much (while the window has it), and at most a quarter of the allowance. */
+const FLOAT_MIN = 2;
 
 /**
  * demand × h at or above which a lease is busy — about a request a round or more — and is always
@@ -95,6 +139,9 @@ export interface FoldOwnerStats {
   /** Leases told that a window announced exhausted has credit again. */
   refills: number;
   withheld: number;
+  /** Refills of floats, and asks answered from a float (no wait for a log write). */
+  floatRefills: number;
+  floatAnswers: number;
   reportsMerged: number;
   reportsStale: number;
   reserveReleases: number;
@@ -115,7 +162,12 @@ export class FoldOwner {
   private outbox: OwnerMessage[] = [];
   /** When each node's self_grant flag was first seen in the current episode (F4). */
   private readonly selfGrantSeen = new Map<string, number>();
-  readonly stats: FoldOwnerStats = { grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, refills: 0, withheld: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0 };
+  /** Ledgers whose window had remote asks, while floats are on (the first `refillFloats`). */
+  private readonly floatWanted = new Set<Ledger>();
+  private floats = false;
+  readonly stats: FoldOwnerStats = {
+    grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, refills: 0, withheld: 0, floatRefills: 0, floatAnswers: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0,
+  };
 
   constructor(private readonly cfg: FoldOwnerConfig) {}
 
@@ -131,20 +183,128 @@ export class FoldOwner {
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
     const want = Math.max(req.need, this.target(ledger, req.demand)) - Math.max(0, held(lease));
     if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
-    let amount = this.ration(ledger, lease, want, req.need, this.available(ledger, false));
+    // A remote ask may draw on the float: what it covers needs no log write before the answer.
+    const remote = req.fastPath && this.floats && req.nodeId !== this.cfg.floatHolder?.nodeId;
+    if (remote) {
+      ledger.asks += want;
+      ledger.asked = true;
+      this.floatWanted.add(ledger);
+    }
+    const float = remote ? this.floatLeft(ledger, false) : 0;
+    let avail = this.available(ledger, false);
+    let amount = this.ration(ledger, lease, want, req.need, avail + float);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
       if (reserve > 0) {
         ledger.reserveReleased = true;
         this.stats.reserveReleases++;
-        amount = this.ration(ledger, lease, want, req.need, this.available(ledger, true));
+        avail = this.available(ledger, true);
+        amount = this.ration(ledger, lease, want, req.need, avail + float);
       }
     }
     if (amount < req.need) this.recall(ledger, lease);
     if (amount <= 0) return undefined;
-    const grant = this.issue(ledger, lease, amount);
+    // All from the float when it covers the grant, else as little of it as the pool allows.
+    const fromFloat = amount <= float ? amount : Math.max(0, amount - avail);
+    if (fromFloat === amount) this.stats.floatAnswers++;
+    const grant = this.issue(ledger, lease, amount, fromFloat);
     this.announceExhausted(ledger);
     return grant;
+  }
+
+  /**
+   * Tops up the floats of windows that had remote asks lately (and of the next window of each, in
+   * its last two rounds), on shards `serving` says are this owner's: the grants to log. A float's
+   * credit counts as issued from the moment it is made, so a later owner replaying the log never
+   * issues it again; it is usable only once `logged` says its grant is on record. Sized to twice the
+   * most credit asks wanted between two refills, at least FLOAT_MIN, at most a quarter of the allowance,
+   * from the pool without the reserve. The first call turns floats on.
+   */
+  refillFloats(serving: (shard: number) => boolean): Grant[] {
+    const holder = this.cfg.floatHolder;
+    if (holder === undefined) return [];
+    this.floats = true;
+    const now = this.cfg.clock.now();
+    const out: Grant[] = [];
+    for (const l of this.floatWanted) {
+      const shard = this.cfg.shardOf(l.keyId, l.windowId);
+      if (l.windowEnd <= now || !serving(shard)) {
+        this.floatWanted.delete(l);
+        continue;
+      }
+      l.askPeak = Math.max(l.askPeak, l.asks);
+      l.asks = 0;
+      if (l.asked && l.windowEnd - now <= 2 * this.cfg.roundMs && serving(this.cfg.shardOf(l.keyId, l.windowId + 1))) {
+        // Visited later in this loop (a Set iterates what is added while it runs).
+        const next = this.find(l.keyId, l.windowMs, l.windowId + 1) ?? this.ledgerFor(l.keyId, l.windowId + 1, l.windowMs, l.allowance);
+        next.askPeak = Math.max(next.askPeak, l.askPeak);
+        this.floatWanted.add(next);
+      }
+      const f = this.floatOf(l, holder, shard);
+      // Credit not yet on record counts: a refill waits for the one before it, and a write that did
+      // not come back is written again (the grant is cumulative) a few rounds on.
+      if (f.lease.issued > f.onRecord) {
+        if (++f.waited % RELOG_ROUNDS === 0) out.push(this.restate(l, f.lease));
+        continue;
+      }
+      f.waited = 0;
+      const size = Math.min(Math.max(1, Math.floor(l.allowance / 4)), Math.max(FLOAT_MIN, 2 * l.askPeak));
+      const amount = Math.min(size - (f.lease.issued - f.base - f.moved), this.available(l, false));
+      if (amount <= 0) continue;
+      out.push(this.issue(l, f.lease, amount));
+      this.stats.floatRefills++;
+    }
+    return out;
+  }
+
+  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
+  logged(grants: readonly Grant[]): void {
+    for (const g of grants) {
+      const l = this.find(g.keyId, g.windowMs, g.windowId);
+      const lease = l?.leases.find((x) => x.lease === g.lease && x.nodeEpoch === g.nodeEpoch);
+      if (lease === undefined) continue;
+      if (g.ownerEpoch !== this.cfg.ownerEpoch(this.cfg.shardOf(g.keyId, g.windowId))) continue;
+      if (!lease.float) {
+        lease.onRecord = lease.recordEpoch === g.ownerEpoch ? Math.max(lease.onRecord, g.issued - (g.floated ?? 0)) : g.issued - (g.floated ?? 0);
+        lease.recordEpoch = g.ownerEpoch;
+      } else if (l!.float?.lease === lease) {
+        l!.float.onRecord = Math.max(l!.float.onRecord, g.issued);
+        this.announceRefilled(l!);
+      }
+    }
+  }
+
+  /**
+   * Whether all `g` states is on record already: its credit beyond what came from a float was in a
+   * grant whose log write came back. Such a grant may go out before its own log write does.
+   */
+  onRecord(g: Grant): boolean {
+    const lease = this.find(g.keyId, g.windowMs, g.windowId)?.leases.find((x) => x.lease === g.lease && x.nodeEpoch === g.nodeEpoch);
+    const direct = g.issued - (g.floated ?? 0);
+    return lease !== undefined && !lease.float && (direct === 0 || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord));
+  }
+
+  /**
+   * What this owner's float of `l` can still give: on record, less what moved out — with `pending`,
+   * also what is on its way to the log. Nothing from a float of an earlier owner epoch.
+   */
+  private floatLeft(l: Ledger, pending: boolean): number {
+    const f = l.float;
+    if (f === undefined || f.lease.lease !== this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId))) return 0;
+    // Never past the allowance: committed credit can exceed it (a lower limit mid-window, a report
+    // of credit a lost log write carried), and then the float gives that much less.
+    const over = Math.max(0, committed(l) - l.allowance);
+    return Math.max(0, (pending ? f.lease.issued : f.onRecord) - f.base - f.moved - over);
+  }
+
+  /** The ledger's float under the current owner epoch: a new one after a change of owner. */
+  private floatOf(l: Ledger, holder: { nodeId: string; nodeEpoch: string }, shard: number): Float {
+    const epoch = this.cfg.ownerEpoch(shard);
+    if (l.float?.lease.lease !== epoch) {
+      const lease = this.leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
+      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0 };
+    }
+    return l.float;
   }
 
   /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
@@ -172,12 +332,14 @@ export class FoldOwner {
   private topUp(ledger: Ledger, lease: Lease, r: Report): void {
     const target = this.target(ledger, r.demand);
     if (held(lease) >= target) return;
-    const pool = this.available(ledger, false);
+    // The float too, when the pool is short (a top-up goes out once all it states is on record).
+    const avail = this.available(ledger, false);
+    const pool = avail + this.floatLeft(ledger, false);
     const base = Math.floor(r.demand * this.cfg.headroom);
     const own = base >= BUSY ? base - held(lease) : 0;
     const amount = Math.min(target - held(lease), pool, Math.max(own, this.room(ledger)));
     if (amount > 0) {
-      this.outbox.push(this.issue(ledger, lease, amount));
+      this.outbox.push(this.issue(ledger, lease, amount, Math.max(0, amount - avail)));
       this.announceExhausted(ledger);
       if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
     } else if (pool <= 0) this.recall(ledger, lease);
@@ -211,6 +373,7 @@ export class FoldOwner {
       const l = this.find(g.keyId, g.windowMs, g.windowId) ?? this.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
       const lease = this.leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
       lease.issued = Math.max(lease.issued, g.issued);
+      lease.floated = Math.max(lease.floated, g.floated ?? 0);
       lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
       // Until a report or request states the allowance, nothing more is issued for this window.
       l.allowance = Math.max(l.allowance, committed(l));
@@ -289,10 +452,16 @@ export class FoldOwner {
     return l === undefined ? 0 : Math.max(0, l.allowance - committed(l));
   }
 
-  /** Credit issued by this owner for a (key, window). */
+  /** What this owner's float of a (key, window) can give now: on record, not yet moved out. */
+  float(keyId: string, windowMs: number, windowId: number): number {
+    const l = this.find(keyId, windowMs, windowId);
+    return l === undefined ? 0 : this.floatLeft(l, false);
+  }
+
+  /** Credit issued to nodes' leases for a (key, window): a float's credit counts once it moved to one. */
   issued(keyId: string, windowMs: number, windowId: number): number {
     let sum = 0;
-    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.issued;
+    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) if (!lease.float) sum += lease.issued;
     return sum;
   }
 
@@ -338,6 +507,7 @@ export class FoldOwner {
     let unspent = l.allowance;
     let out = 0;
     for (const x of l.leases) {
+      if (x.float) continue;
       unspent -= x.spent;
       out += Math.max(0, held(x));
     }
@@ -353,7 +523,7 @@ export class FoldOwner {
   private ration(l: Ledger, lease: Lease, want: number, need: number, pool: number): number {
     if (want <= 0 || pool <= 0) return 0;
     let wants = want;
-    for (const x of l.leases) if (x !== lease) wants += Math.max(0, this.target(l, x.demand) - held(x));
+    for (const x of l.leases) if (x !== lease && !x.float) wants += Math.max(0, this.target(l, x.demand) - held(x));
     if (wants <= pool) return Math.min(want, pool);
     return Math.min(pool, want, Math.max(need, Math.floor((pool * want) / wants)));
   }
@@ -402,7 +572,7 @@ export class FoldOwner {
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     let recalled = false;
     for (const lease of l.leases) {
-      if (lease === asking || lease.noticeAt === round) continue;
+      if (lease === asking || lease.float || lease.noticeAt === round) continue;
       const keep = Math.ceil(lease.demand * this.cfg.headroom);
       if (held(lease) > keep) {
         lease.noticeAt = round;
@@ -419,11 +589,11 @@ export class FoldOwner {
    * changes it): none of them spends a fast path on asking, and their denials name this window.
    */
   private announceExhausted(l: Ledger): void {
-    if (this.available(l, true) > 0) return;
+    if (this.available(l, true) + this.floatLeft(l, false) > 0) return;
     l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {
-      if (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt) continue;
+      if (lease.float || (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt)) continue;
       lease.exhaustedAt = round;
       this.outbox.push(this.adjust(l, lease, -1, true));
       this.stats.exhaustedNotices++;
@@ -436,10 +606,10 @@ export class FoldOwner {
    * pool has credit. Sent as an adjustment that neither recalls nor exhausts (keep −1, not exhausted).
    */
   private announceRefilled(l: Ledger): void {
-    if (!l.announced || this.available(l, true) <= 0) return;
+    if (!l.announced || this.available(l, true) + this.floatLeft(l, false) <= 0) return;
     l.announced = false;
     for (const lease of l.leases) {
-      if (lease.exhaustedAt < 0 || lease.exhaustedAt < lease.grantedAt) continue;
+      if (lease.float || lease.exhaustedAt < 0 || lease.exhaustedAt < lease.grantedAt) continue;
       lease.exhaustedAt = -1;
       this.outbox.push(this.adjust(l, lease, -1, false));
       this.stats.refills++;
@@ -462,12 +632,18 @@ export class FoldOwner {
     };
   }
 
-  private issue(ledger: Ledger, lease: Lease, amount: number): Grant {
-    const after = committed(ledger) + amount;
-    if (after > ledger.allowance) {
-      throw new InvariantViolation(`grant of ${amount} would raise committed credit to ${after} > allowance ${ledger.allowance}`);
+  /** Issues `amount` to `lease`, `fromFloat` of it moved out of the ledger's float (committed already). */
+  private issue(ledger: Ledger, lease: Lease, amount: number, fromFloat = 0): Grant {
+    // Credit moved out of the float commits nothing more: the float's own bound (`floatLeft`) holds it.
+    const after = committed(ledger) + amount - fromFloat;
+    if ((amount > fromFloat && after > ledger.allowance) || fromFloat > this.floatLeft(ledger, false)) {
+      throw new InvariantViolation(`grant of ${amount} (${fromFloat} from the float) would raise committed credit to ${after} > allowance ${ledger.allowance}`);
     }
     lease.issued += amount;
+    if (fromFloat > 0) {
+      lease.floated += fromFloat;
+      ledger.float!.moved += fromFloat;
+    }
     lease.grantSeq++;
     lease.grantedAt = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     this.stats.grants++;
@@ -487,6 +663,7 @@ export class FoldOwner {
       grantSeq: lease.grantSeq,
       ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(ledger.keyId, ledger.windowId)),
       issued: lease.issued,
+      ...(lease.floated > 0 ? { floated: lease.floated } : {}),
     };
   }
 
@@ -525,7 +702,7 @@ export class FoldOwner {
     let l = this.find(keyId, windowMs, windowId);
     if (l === undefined) {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
-      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, announced: false, leases: [] };
+      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, announced: false, leases: [], asks: 0, askPeak: 0, asked: false };
       const list = this.ledgers.get(keyId);
       if (list === undefined) this.ledgers.set(keyId, [l]);
       else list.push(l);
@@ -538,7 +715,10 @@ export class FoldOwner {
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
     for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
-    const lease: Lease = { nodeId, nodeEpoch, lease: leaseNo, issued: 0, reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1 };
+    const lease: Lease = {
+      nodeId, nodeEpoch, lease: leaseNo, float: nodeEpoch.startsWith(FLOAT_PREFIX), issued: 0, floated: 0, onRecord: 0, recordEpoch: 0,
+      reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1,
+    };
     // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
     if (l.leases.length === 0) l.leases = [lease];
     else l.leases.push(lease);
@@ -550,8 +730,20 @@ function held(lease: Lease): number {
   return lease.issued + lease.selfIssued - lease.spent - lease.released;
 }
 
+/**
+ * issued + self-granted − released over the leases, a float's credit counted once whether it is
+ * still in the float or moved out to a lease — and never less than what leases say they took from
+ * floats, even if a float's own grant were missing from a replayed log.
+ */
 function committed(l: Ledger): number {
   let sum = 0;
-  for (const lease of l.leases) sum += lease.issued + lease.selfIssued - lease.released;
-  return sum;
+  let floats = 0;
+  let floated = 0;
+  for (const lease of l.leases) {
+    if (lease.float) floats += lease.issued;
+    else sum += lease.issued + lease.selfIssued - lease.released - lease.floated;
+    floated += lease.floated;
+  }
+  return sum + Math.max(floats, floated);
 }
+

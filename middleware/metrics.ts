@@ -63,6 +63,7 @@ export class LimiterMetrics {
     fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', () => src.node.stats.reports);
     fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', () => src.node.stats.grantsApplied);
     fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', () => src.owner.stats.grants);
+    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', () => src.owner.stats.floatAnswers);
     fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', () => src.node.stats.selfGrants);
     fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', () => src.events?.dropped ?? 0);
     new Counter({

@@ -48,6 +48,11 @@ export interface Grant extends LeaseRef {
   /** Grows with every grant on this lease; applied at most once. */
   readonly grantSeq: number;
   readonly issued: number;
+  /**
+   * Part of `issued` that came out of an owner's float (credit it logged as issued to itself ahead of
+   * asks): committed already, so a replay counts it once. Absent means 0.
+   */
+  readonly floated?: number;
 }
 
 /**

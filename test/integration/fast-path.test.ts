@@ -32,6 +32,16 @@ async function loggedGrants(raw: Redis, prefix: string, keyId: string): Promise<
   return n;
 }
 
+/** Grants in a shard's log for `keyId` with credit from an owner's float. */
+async function floatedGrants(raw: Redis, prefix: string, keyId: string): Promise<number> {
+  let n = 0;
+  for (const [, flat] of await raw.xrange(`${prefix}:{s${placeOf(keyId).shard}}:log`, '-', '+')) {
+    const env = codec.open(EnvelopeCodec.fromStream(flat));
+    if (env.t === 'grants') n += env.body.grants.filter((g) => g.keyId === keyId && (g.floated ?? 0) > 0).length;
+  }
+  return n;
+}
+
 describe('Fast path over its direct channel (real redis-server)', function () {
   this.timeout(30_000);
   const ctx = fleetSuite('fp');
@@ -90,6 +100,47 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     await new Promise((res) => setTimeout(res, 100));
     expect(a.node.stats.grantsApplied).to.equal(applied);
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
+  });
+
+  it('an ask the owner’s float covers is answered before its log write, which follows', async function () {
+    const [a, b] = await pair();
+    const keyId = keysOwnedBy(a, 'b', 'float')();
+    const { windowId } = placeOf(keyId);
+    // Asks as a's process would send them, on a connection of our own to b's listener.
+    const addr = b.bus.fastPathAddress()!;
+    const s = connect(addr.port, addr.host);
+    let frames = '';
+    s.setEncoding('utf8');
+    s.on('data', (d: string) => (frames += d));
+    s.on('error', () => undefined);
+    s.write(`${EnvelopeCodec.toJson(codec.seal('hello', { nonce: 'a-nonce-of-the-float-test' }))}\n`);
+    await until(() => frames.includes('\n'), 'the greeting');
+    const answers = (): Array<{ re: number; messages: Array<{ type: string; floated?: number }> }> =>
+      frames.trim().split('\n').slice(1).map((line) => codec.open(EnvelopeCodec.fromJson(line)).body as { re: number; messages: Array<{ type: string; floated?: number }> });
+    const ask = (id: number, spent: number): void => {
+      const request = { keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 99, spent, selfIssued: 0, released: 0, need: 1, demand: 0, fastPath: true };
+      s.write(`${EnvelopeCodec.toJson(codec.seal('ask', { id, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [request] }))}\n`);
+    };
+    ask(1, 0); // the window's first ask: answered after its log write; the owner makes a float
+    await until(() => answers().some((x) => x.re === 1), 'the first answer');
+    await until(() => b.owner.float(keyId, WINDOW_MS, windowId) > 0, 'the float to be on record');
+    // Hold the owner's log writes on the fast-path connection for a second (Redis itself runs on).
+    const fast = (b.bus as unknown as { fast: Redis }).fast;
+    const call = fast.call.bind(fast) as (...args: string[]) => Promise<unknown>;
+    let held = 0;
+    let written = 0;
+    (fast as unknown as { call: (...args: string[]) => Promise<unknown> }).call = (...args: string[]) => {
+      if (args[0] !== 'XADD') return call(...args);
+      held++;
+      return new Promise((r) => setTimeout(r, 1000)).then(() => call(...args)).finally(() => written++);
+    };
+    ask(2, 1);
+    await until(() => answers().some((x) => x.re === 2), 'the second answer');
+    expect(answers().find((x) => x.re === 2)!.messages.find((m) => m.type === 'grant')).to.include({ floated: 1 });
+    expect(held, 'log writes started').to.be.above(0);
+    expect(written, 'log writes finished before the answer').to.equal(0);
+    await until(async () => (await floatedGrants(ctx.raw, ctx.prefix, keyId)) > 0, 'the grant to reach the log after', 5000);
+    s.destroy();
   });
 
   it('falls back to Redis pub/sub for an owner that takes no direct asks, with the same answers', async () => {
