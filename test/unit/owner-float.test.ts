@@ -35,6 +35,16 @@ function refillLogged(o: FoldOwner): Grant[] {
   return floats;
 }
 
+/** An owner of an 8-per-window key whose pool is spent (b 1, c 5) and whose float holds the last 2, on record. */
+function poolSpent(): FoldOwner {
+  const o = owner();
+  o.refillFloats(all);
+  o.logged([o.onCreditRequest(ask('b', 1, 8))!]);
+  refillLogged(o);
+  o.logged([o.onCreditRequest(ask('c', 5, 8))!]);
+  return o;
+}
+
 const grants = (gs: readonly Grant[]): LogEntry[] => gs.map((grant) => ({ kind: 'grant', grant }));
 
 describe('owner float: asks answered before their log write, never past the allowance', () => {
@@ -114,11 +124,7 @@ describe('owner float: asks answered before their log write, never past the allo
   });
 
   it('gives nothing past the allowance when committed credit is over it (a lower limit mid-window), and does not throw', () => {
-    const o = owner();
-    o.refillFloats(all);
-    o.logged([o.onCreditRequest(ask('b', 1, 8))!]);
-    refillLogged(o); // 2 of 8 in the float
-    o.logged([o.onCreditRequest(ask('c', 5, 8))!]); // committed 8
+    const o = poolSpent();
     // The plan drops to 6: 8 stay committed, and the float's 2 are not the fleet's to give any more.
     expect(o.onCreditRequest(ask('d', 1, 6))).to.equal(undefined);
     expect(o.float(KEY, W, WID)).to.equal(0);
@@ -154,11 +160,7 @@ describe('owner float: asks answered before their log write, never past the allo
   });
 
   it('tells no lease the window is exhausted while the float still has credit for asks', () => {
-    const o = owner();
-    o.refillFloats(all);
-    o.logged([o.onCreditRequest(ask('b', 1, 8))!]);
-    refillLogged(o); // 2 of 8 in the float
-    o.logged([o.onCreditRequest(ask('c', 5, 8))!]); // the pool's last 5
+    const o = poolSpent();
     expect(o.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted)).to.have.length(0);
     expect(o.onCreditRequest(ask('d', 1, 8))).to.deep.include({ issued: 1, floated: 1 });
     expect(o.onCreditRequest(ask('e', 1, 8))).to.deep.include({ issued: 1, floated: 1 });
