@@ -214,7 +214,8 @@ export class FoldOwner {
 
   /**
    * Tops up the floats of windows that had remote asks lately (and of the next window of each, in
-   * its last two rounds), on shards `serving` says are this owner's: the grants to log. A float's
+   * its last two rounds, as of one a node reported ahead for a key it will ask for), on shards
+   * `serving` says are this owner's: the grants to log. A float's
    * credit counts as issued from the moment it is made, so a later owner replaying the log never
    * issues it again; it is usable only once `logged` says its grant is on record. Sized to twice the
    * most credit asks wanted between two refills, at least FLOAT_MIN, at most a quarter of the allowance,
@@ -313,6 +314,9 @@ export class FoldOwner {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
+      // A node reporting ahead of a window's start a key it will ask for (too rare there for a
+      // lease): the window gets a float before its first ask, not after it.
+      if (this.floats && r.demand > 0 && ledger.windowEnd - ledger.windowMs > this.cfg.clock.now() && this.target(ledger, r.demand) === 0) this.floatWanted.add(ledger);
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
       if (r.demand > 0 && !this.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
       this.announceRefilled(ledger);

@@ -70,6 +70,22 @@ describe('owner float: asks answered before their log write, never past the allo
     expect(o.issued(KEY, W, WID)).to.equal(3);
   });
 
+  it('makes the next window’s float when a node reports ahead for a key it will ask for', () => {
+    const o = owner();
+    o.refillFloats(all);
+    // Window WID + 1 has not started: b tells its owner it will see the key there, too rarely for a lease.
+    const ahead: Report = { keyId: KEY, windowId: WID + 1, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 0.1, held: 0, selfGrant: false };
+    o.onReports({ shard: 0, nodeId: 'b', nodeEpoch: 'b-e1', round: 1, reports: [ahead] });
+    const [f] = refillLogged(o);
+    expect(f).to.deep.include({ windowId: WID + 1, issued: 2 });
+    expect(o.float(KEY, W, WID + 1)).to.equal(2);
+    // A busy key gets a lease instead: no float for it.
+    const busy = owner();
+    busy.refillFloats(all);
+    busy.onReports({ shard: 0, nodeId: 'b', nodeEpoch: 'b-e1', round: 1, reports: [{ ...ahead, demand: 8 }] });
+    expect(busy.refillFloats(all)).to.deep.equal([]);
+  });
+
   it('a grant whose credit beyond the float is not on record yet waits for its log write', () => {
     const o = owner();
     o.refillFloats(all);
