@@ -794,7 +794,10 @@ export class RedisBus implements Bus {
     const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
     if (floats.length === 0) return;
     void this.logGrants(floats).then((ok) => {
-      if (ok) this.owner!.logged?.(floats);
+      if (!ok || this.closed) return;
+      this.owner!.logged?.(floats);
+      // A float on record may refill a window announced exhausted: tell its leases now.
+      this.route(this.owner!.takeOutbox());
     });
   }
 

@@ -111,10 +111,12 @@ interface Float {
   waited: number;
 }
 
+/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
+const AHEAD_FLOAT_ROUNDS = 4;
 /** Refills a float waits for its log write before writing its grant again. */
 const RELOG_ROUNDS = 4;
 
-/** A float holds at least this much (while the window has it), and at most a quarter of the allowance. */
+/** A float holds at least this much (while the window has it), and at most a quarter of the allowance (at least 1). */
 const FLOAT_MIN = 2;
 
 /**
@@ -173,6 +175,8 @@ export class FoldOwner {
 
   /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
   onCreditRequest(req: CreditRequest): Grant | undefined {
+    // Float leases are an owner's own: no node asks as one.
+    if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.absorb(req.nodeId, lease, req, req.selfIssued > 0);
@@ -183,14 +187,15 @@ export class FoldOwner {
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
     const want = Math.max(req.need, this.target(ledger, req.demand)) - Math.max(0, held(lease));
     if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
-    // A remote ask may draw on the float: what it covers needs no log write before the answer.
-    const remote = req.fastPath && this.floats && req.nodeId !== this.cfg.floatHolder?.nodeId;
-    if (remote) {
+    // An ask may draw on the float: what it covers needs no log write before the answer. Remote
+    // asks size it (this node's own are answered in process, and may take what is there).
+    const floats = req.fastPath && this.floats;
+    if (floats && req.nodeId !== this.cfg.floatHolder?.nodeId) {
       ledger.asks += want;
       ledger.asked = true;
       this.floatWanted.add(ledger);
     }
-    const float = remote ? this.floatLeft(ledger, false) : 0;
+    const float = floats ? this.floatLeft(ledger, false) : 0;
     let avail = this.available(ledger, false);
     let amount = this.ration(ledger, lease, want, req.need, avail + float);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
@@ -218,7 +223,7 @@ export class FoldOwner {
    * `serving` says are this owner's: the grants to log. A float's
    * credit counts as issued from the moment it is made, so a later owner replaying the log never
    * issues it again; it is usable only once `logged` says its grant is on record. Sized to twice the
-   * most credit asks wanted between two refills, at least FLOAT_MIN, at most a quarter of the allowance,
+   * most credit asks wanted between two refills, at least FLOAT_MIN, at most a quarter of the allowance (at least 1),
    * from the pool without the reserve. The first call turns floats on.
    */
   refillFloats(serving: (shard: number) => boolean): Grant[] {
@@ -229,10 +234,13 @@ export class FoldOwner {
     const out: Grant[] = [];
     for (const l of this.floatWanted) {
       const shard = this.cfg.shardOf(l.keyId, l.windowId);
-      if (l.windowEnd <= now || !serving(shard)) {
+      if (l.windowEnd <= now) {
         this.floatWanted.delete(l);
         continue;
       }
+      // Not served now (a lost shard, or Redis briefly out of reach): kept, so a float whose write is
+      // still out is written again once it is.
+      if (!serving(shard)) continue;
       l.askPeak = Math.max(l.askPeak, l.asks);
       l.asks = 0;
       if (l.asked && l.windowEnd - now <= 2 * this.cfg.roundMs && serving(this.cfg.shardOf(l.keyId, l.windowId + 1))) {
@@ -293,9 +301,17 @@ export class FoldOwner {
     const f = l.float;
     if (f === undefined || f.lease.lease !== this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId))) return 0;
     // Never past the allowance: committed credit can exceed it (a lower limit mid-window, a report
-    // of credit a lost log write carried), and then the float gives that much less.
-    const over = Math.max(0, committed(l) - l.allowance);
-    return Math.max(0, (pending ? f.lease.issued : f.onRecord) - f.base - f.moved - over);
+    // of credit a lost log write carried), and then the float gives that much less. Nor more than
+    // the ledger's floats hold unmoved: a replayed log may have lost a float's grant but kept what
+    // moved out of it, which `committed` counts in its place.
+    let floats = 0;
+    let floated = 0;
+    for (const x of l.leases) {
+      if (x.float) floats += x.issued;
+      floated += x.floated;
+    }
+    const own = (pending ? f.lease.issued : f.onRecord) - f.base - f.moved;
+    return Math.max(0, Math.min(own, floats - floated) - Math.max(0, committed(l) - l.allowance));
   }
 
   /** The ledger's float under the current owner epoch: a new one after a change of owner. */
@@ -310,13 +326,18 @@ export class FoldOwner {
 
   /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
   onReports(batch: ReportBatch): OwnerMessage[] {
+    if (batch.nodeEpoch.startsWith(FLOAT_PREFIX)) return [];
+    const now = this.cfg.clock.now();
     for (const r of batch.reports) {
       const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
-      // A node reporting ahead of a window's start a key it will ask for (too rare there for a
-      // lease): the window gets a float before its first ask, not after it.
-      if (this.floats && r.demand > 0 && ledger.windowEnd - ledger.windowMs > this.cfg.clock.now() && this.target(ledger, r.demand) === 0) this.floatWanted.add(ledger);
+      // Another node reporting, in the rounds before a window starts, a key it will ask for there
+      // (too rare for a lease): the window gets a float before its first ask, not after it.
+      const ahead = ledger.windowEnd - ledger.windowMs - now;
+      if (this.floats && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && batch.nodeId !== this.cfg.floatHolder?.nodeId && this.target(ledger, r.demand) === 0) {
+        this.floatWanted.add(ledger);
+      }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
       if (r.demand > 0 && !this.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
       this.announceRefilled(ledger);
@@ -593,7 +614,8 @@ export class FoldOwner {
    * changes it): none of them spends a fast path on asking, and their denials name this window.
    */
   private announceExhausted(l: Ledger): void {
-    if (this.available(l, true) + this.floatLeft(l, false) > 0) return;
+    // A float whose write is still out counts: its credit is the window's, usable once on record.
+    if (this.available(l, true) + this.floatLeft(l, true) > 0) return;
     l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import { FakeClock } from '../../lib/clock.js';
 import { FLOAT_PREFIX, FoldOwner } from '../../lib/fold-owner.js';
-import { shardOf, type CreditRequest, type Grant, type Report } from '../../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type Grant, type Report, type ReportBatch } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowEndMs } from '../../lib/window.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
 import { seededRandom as rng } from '../../scripts/sim/queue.js';
 import { FixedFleet, ownerConfig } from '../support/protocol.js';
@@ -70,20 +71,64 @@ describe('owner float: asks answered before their log write, never past the allo
     expect(o.issued(KEY, W, WID)).to.equal(3);
   });
 
-  it('makes the next window’s float when a node reports ahead for a key it will ask for', () => {
-    const o = owner();
+  it('makes the next window’s float when another node reports ahead for a key it will ask for, not far ahead', () => {
+    // 30 ms before window WID + 1 starts; b tells its owner it will see the key there, too rarely for a lease.
+    const start = windowEndMs(WID, W, phaseOffset(KEY, W));
+    const near = (): FoldOwner => new FoldOwner(ownerConfig(new FakeClock(start - 30), new FixedFleet(4), { reserveRatio: 0, floatHolder: HOLDER, ownerEpoch: () => 7 }));
+    const ahead = (windowId: number, demand: number, node = 'b'): ReportBatch => ({
+      shard: 0, nodeId: node, nodeEpoch: `${node}-e1`, round: 1,
+      reports: [{ keyId: KEY, windowId, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand, held: 0, selfGrant: false }],
+    });
+    const o = near();
     o.refillFloats(all);
-    // Window WID + 1 has not started: b tells its owner it will see the key there, too rarely for a lease.
-    const ahead: Report = { keyId: KEY, windowId: WID + 1, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 0.1, held: 0, selfGrant: false };
-    o.onReports({ shard: 0, nodeId: 'b', nodeEpoch: 'b-e1', round: 1, reports: [ahead] });
+    o.onReports(ahead(WID + 1, 0.1));
     const [f] = refillLogged(o);
     expect(f).to.deep.include({ windowId: WID + 1, issued: 2 });
     expect(o.float(KEY, W, WID + 1)).to.equal(2);
-    // A busy key gets a lease instead: no float for it.
-    const busy = owner();
-    busy.refillFloats(all);
-    busy.onReports({ shard: 0, nodeId: 'b', nodeEpoch: 'b-e1', round: 1, reports: [{ ...ahead, demand: 8 }] });
-    expect(busy.refillFloats(all)).to.deep.equal([]);
+    // None for: a busy key (it gets a lease), a window far ahead (a buggy member's), this node's own report.
+    for (const batch of [ahead(WID + 1, 8), ahead(WID + 2, 0.1), ahead(WID + 1, 0.1, 'h')]) {
+      const other = near();
+      other.refillFloats(all);
+      other.onReports(batch);
+      expect(other.refillFloats(all), JSON.stringify(batch.reports[0])).to.deep.equal([]);
+    }
+  });
+
+  it('this node’s own asks, answered in process, take from the float too', () => {
+    const o = owner();
+    o.refillFloats(all);
+    o.logged([o.onCreditRequest(ask('b', 1, 3))!]);
+    refillLogged(o); // a float of 1: a quarter of 3, at least 1
+    expect(o.onCreditRequest(ask('h', 1, 3))).to.deep.include({ issued: 1, floated: 1 });
+    expect(o.committed(KEY, W, WID)).to.equal(2);
+  });
+
+  it('keeps a float whose write is out through rounds it is not served, and writes it again after', () => {
+    const o = owner();
+    o.refillFloats(all);
+    o.logged([o.onCreditRequest(ask('b', 1))!]);
+    const [f] = o.refillFloats(all); // its write is lost in a blip
+    expect(o.refillFloats(() => false)).to.deep.equal([]); // Redis out of reach: not served
+    for (let i = 0; i < 3; i++) expect(o.refillFloats(all)).to.deep.equal([]);
+    expect(o.refillFloats(all)).to.deep.equal([f]);
+  });
+
+  it('never passes the allowance after a replay that lost a float’s grant but kept what moved out of it', () => {
+    // The log kept b's grant (6, all from a float) and c's (3), not the float's grant behind them.
+    const fromLost = (node: string, issued: number, floated: number): Grant => ({
+      type: 'grant', keyId: KEY, windowId: WID, windowMs: W, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, ownerEpoch: 6, grantSeq: 1, issued, ...(floated > 0 ? { floated } : {}),
+    });
+    const o = owner();
+    o.replay(grants([fromLost('b', 6, 6), fromLost('c', 3, 0)]));
+    o.refillFloats(all);
+    // Committed reads 9 of 12 (b's 6 counted as the lost float's): new floats must not hide behind that.
+    for (let i = 0; i < 6; i++) {
+      o.onCreditRequest(ask(`e${i}`, 1, 12));
+      refillLogged(o);
+      // What nodes hold (b's 6 moved out of the lost float among it) and what the float can give.
+      expect(o.issued(KEY, W, WID) + o.float(KEY, W, WID), `round ${i}`).to.be.at.most(12);
+    }
+    expect(o.float(KEY, W, WID)).to.equal(0);
   });
 
   it('a grant whose credit beyond the float is not on record yet waits for its log write', () => {
