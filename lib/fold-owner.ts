@@ -35,7 +35,7 @@ export interface FoldOwnerConfig {
   readonly clock: Clock;
   /**
    * This process, as the holder of its floats (`refillFloats`): credit it logs as issued to itself,
-   * so a remote ask the float covers is answered without waiting for a log write.
+   * so an ask the float covers is answered without waiting for a log write.
    */
   readonly floatHolder?: { readonly nodeId: string; readonly nodeEpoch: string };
 }
@@ -189,13 +189,13 @@ export class FoldOwner {
     if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
     // An ask may draw on the float: what it covers needs no log write before the answer. Remote
     // asks size it (this node's own are answered in process, and may take what is there).
-    const floats = req.fastPath && this.floats;
-    if (floats && req.nodeId !== this.cfg.floatHolder?.nodeId) {
+    const useFloat = req.fastPath && this.floats;
+    if (useFloat && req.nodeId !== this.cfg.floatHolder?.nodeId) {
       ledger.asks += want;
       ledger.asked = true;
       this.floatWanted.add(ledger);
     }
-    const float = floats ? this.floatLeft(ledger, false) : 0;
+    const float = useFloat ? this.floatLeft(ledger, false) : 0;
     let avail = this.available(ledger, false);
     let amount = this.ration(ledger, lease, want, req.need, avail + float);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
@@ -772,4 +772,3 @@ function committed(l: Ledger): number {
   }
   return sum + Math.max(floats, floated);
 }
-
