@@ -241,6 +241,7 @@ export class FoldOwner {
       // Not served now (a lost shard, or Redis briefly out of reach): kept, so a float whose write is
       // still out is written again once it is.
       if (!serving(shard)) continue;
+      const asked = l.asks > 0;
       l.askPeak = Math.max(l.askPeak, l.asks);
       l.asks = 0;
       if (l.asked && l.windowEnd - now <= 2 * this.cfg.roundMs && serving(this.cfg.shardOf(l.keyId, l.windowId + 1))) {
@@ -259,9 +260,14 @@ export class FoldOwner {
       f.waited = 0;
       const size = Math.min(Math.max(1, Math.floor(l.allowance / 4)), Math.max(FLOAT_MIN, 2 * l.askPeak));
       const amount = Math.min(size - (f.lease.issued - f.base - f.moved), this.available(l, false));
-      if (amount <= 0) continue;
-      out.push(this.issue(l, f.lease, amount));
-      this.stats.floatRefills++;
+      if (amount > 0) {
+        out.push(this.issue(l, f.lease, amount));
+        this.stats.floatRefills++;
+      } else if (!asked && l.windowEnd - now > 2 * this.cfg.roundMs) {
+        // Settled and not asked since the last refill: off the list until an ask or a report ahead
+        // puts it back, so rounds cost what changed, not every key seen this window.
+        this.floatWanted.delete(l);
+      }
     }
     return out;
   }

@@ -103,6 +103,18 @@ describe('owner float: asks answered before their log write, never past the allo
     expect(o.committed(KEY, W, WID)).to.equal(2);
   });
 
+  it('refills a settled float again after the next ask, though rounds without asks leave it alone', () => {
+    const o = owner();
+    o.refillFloats(all);
+    o.logged([o.onCreditRequest(ask('b', 1))!]);
+    refillLogged(o);
+    for (let i = 0; i < 3; i++) expect(o.refillFloats(all)).to.deep.equal([]);
+    expect(o.onCreditRequest(ask('c', 1))).to.deep.include({ floated: 1 });
+    const [f] = refillLogged(o);
+    expect(f).to.deep.include({ issued: 3 });
+    expect(o.float(KEY, W, WID)).to.equal(2);
+  });
+
   it('keeps a float whose write is out through rounds it is not served, and writes it again after', () => {
     const o = owner();
     o.refillFloats(all);
