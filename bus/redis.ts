@@ -729,12 +729,7 @@ export class RedisBus implements Bus {
         if (ok || rest.length > 0) send(rest, ok ? re : 0);
       });
     }
-    const grants = messages.filter((m): m is Grant => m.type === 'grant');
-    if (grants.length > 0) {
-      void log().then((ok) => {
-        if (ok) this.owner!.logged?.(grants);
-      });
-    }
+    void log();
   }
 
   /**
@@ -758,7 +753,8 @@ export class RedisBus implements Bus {
    * Appends grants to their shards' logs, one entry per shard; resolves with whether every write
    * succeeded in time: its reply came while the shard was still ours (or being given up by a round
    * that waits for it) and within our lease. A reply after that may be of a write Redis served after
-   * a successor replayed the log: its grants must not go out.
+   * a successor replayed the log: its grants must not go out. The owner learns of each write in time
+   * that its grants are on record (`logged`).
    */
   private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
     const grants = new Map<number, Grant[]>();
@@ -774,7 +770,13 @@ export class RedisBus implements Bus {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
       const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn)!;
-      writes.push(write.then((ok) => ok && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil));
+      writes.push(
+        write.then((written) => {
+          const ok = written && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil;
+          if (ok) this.owner?.logged?.(list);
+          return ok;
+        }),
+      );
       // Writes go on two connections, so a later one may finish first: wait for all of them.
       const prev = this.logWrites.get(shard);
       const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
@@ -794,10 +796,8 @@ export class RedisBus implements Bus {
     const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
     if (floats.length === 0) return;
     void this.logGrants(floats).then((ok) => {
-      if (!ok || this.closed) return;
-      this.owner!.logged?.(floats);
       // A float on record may refill a window announced exhausted: tell its leases now.
-      this.route(this.owner!.takeOutbox());
+      if (ok && !this.closed) this.route(this.owner!.takeOutbox());
     });
   }
 

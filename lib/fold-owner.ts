@@ -276,7 +276,7 @@ export class FoldOwner {
   logged(grants: readonly Grant[]): void {
     for (const g of grants) {
       const l = this.find(g.keyId, g.windowMs, g.windowId);
-      const lease = l?.leases.find((x) => x.lease === g.lease && x.nodeEpoch === g.nodeEpoch);
+      const lease = l === undefined ? undefined : leaseIn(l, g.nodeEpoch, g.lease);
       if (lease === undefined) continue;
       if (g.ownerEpoch !== this.cfg.ownerEpoch(this.cfg.shardOf(g.keyId, g.windowId))) continue;
       if (!lease.float) {
@@ -294,7 +294,8 @@ export class FoldOwner {
    * grant whose log write came back. Such a grant may go out before its own log write does.
    */
   onRecord(g: Grant): boolean {
-    const lease = this.find(g.keyId, g.windowMs, g.windowId)?.leases.find((x) => x.lease === g.lease && x.nodeEpoch === g.nodeEpoch);
+    const l = this.find(g.keyId, g.windowMs, g.windowId);
+    const lease = l === undefined ? undefined : leaseIn(l, g.nodeEpoch, g.lease);
     const direct = g.issued - (g.floated ?? 0);
     return lease !== undefined && !lease.float && (direct === 0 || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord));
   }
@@ -310,14 +311,9 @@ export class FoldOwner {
     // of credit a lost log write carried), and then the float gives that much less. Nor more than
     // the ledger's floats hold unmoved: a replayed log may have lost a float's grant but kept what
     // moved out of it, which `committed` counts in its place.
-    let floats = 0;
-    let floated = 0;
-    for (const x of l.leases) {
-      if (x.float) floats += x.issued;
-      floated += x.floated;
-    }
+    const t = tally(l);
     const own = (pending ? f.lease.issued : f.onRecord) - f.base - f.moved;
-    return Math.max(0, Math.min(own, floats - floated) - Math.max(0, committed(l) - l.allowance));
+    return Math.max(0, Math.min(own, t.floats - t.floated) - Math.max(0, t.direct + Math.max(t.floats, t.floated) - l.allowance));
   }
 
   /** The ledger's float under the current owner epoch: a new one after a change of owner. */
@@ -746,7 +742,8 @@ export class FoldOwner {
   }
 
   private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
-    for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
+    const found = leaseIn(l, nodeEpoch, leaseNo);
+    if (found !== undefined) return found;
     const lease: Lease = {
       nodeId, nodeEpoch, lease: leaseNo, float: nodeEpoch.startsWith(FLOAT_PREFIX), issued: 0, floated: 0, onRecord: 0, recordEpoch: 0,
       reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1,
@@ -768,13 +765,28 @@ function held(lease: Lease): number {
  * floats, even if a float's own grant were missing from a replayed log.
  */
 function committed(l: Ledger): number {
-  let sum = 0;
+  const t = tally(l);
+  return t.direct + Math.max(t.floats, t.floated);
+}
+
+/**
+ * A ledger's sums: nodes' leases' issued + self-granted − released − floated (`direct`), floats'
+ * issued, and what leases took from floats.
+ */
+function tally(l: Ledger): { direct: number; floats: number; floated: number } {
+  let direct = 0;
   let floats = 0;
   let floated = 0;
   for (const lease of l.leases) {
     if (lease.float) floats += lease.issued;
-    else sum += lease.issued + lease.selfIssued - lease.released - lease.floated;
+    else direct += lease.issued + lease.selfIssued - lease.released - lease.floated;
     floated += lease.floated;
   }
-  return sum + Math.max(floats, floated);
+  return { direct, floats, floated };
+}
+
+/** The lease of `l` with this node epoch and lease number. */
+function leaseIn(l: Ledger, nodeEpoch: string, leaseNo: number): Lease | undefined {
+  for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
+  return undefined;
 }
