@@ -30,13 +30,14 @@ interface Run {
   late: number;
 }
 
-/** A counter summed over every node's /metrics. */
-async function counter(fleet: Fleet, name: string): Promise<number> {
-  let sum = 0;
+/** The fleet's asks to remote owners and those that missed the deadline, summed over every node's /metrics. */
+async function askCounts(fleet: Fleet): Promise<{ asks: number; late: number }> {
+  const sum = { asks: 0, late: 0 };
   for (const node of fleet.nodes) {
     const text = await (await fetch(`${node.url}/metrics`)).text();
-    const m = new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'm').exec(text);
-    sum += m === null ? 0 : Number(m[1]);
+    const read = (name: string): number => Number(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+    sum.asks += read('fleet_ratelimit_fast_path_total');
+    sum.late += read('fleet_ratelimit_fast_path_timeouts_total');
   }
   return sum;
 }
@@ -44,8 +45,7 @@ async function counter(fleet: Fleet, name: string): Promise<number> {
 async function drive(fleet: Fleet, key: string, limitWindowMs: number, rate: number, seconds: number): Promise<Run> {
   const offset = phaseOffset(new KeyHasher([{ version: 'v1', secret: SECRET }]).hash(key), limitWindowMs);
   const byWindow = new Map<number, number>();
-  const asks0 = await counter(fleet, 'fleet_ratelimit_fast_path_total');
-  const late0 = await counter(fleet, 'fleet_ratelimit_fast_path_timeouts_total');
+  const before = await askCounts(fleet);
   const start = Date.now();
   const n = rate * seconds;
   let admitted = 0;
@@ -68,8 +68,9 @@ async function drive(fleet: Fleet, key: string, limitWindowMs: number, rate: num
   await Promise.all(pending);
   // The first and last windows are partly outside the run.
   const ids = [...byWindow.keys()].sort((a, b) => a - b).slice(1, -1);
-  const asks = (await counter(fleet, 'fleet_ratelimit_fast_path_total')) - asks0;
-  const late = (await counter(fleet, 'fleet_ratelimit_fast_path_timeouts_total')) - late0;
+  const after = await askCounts(fleet);
+  const asks = after.asks - before.asks;
+  const late = after.late - before.late;
   return { key, rate, seconds, admitted, refused, perWindow: ids.map((w) => byWindow.get(w)!), asks, late };
 }
 
