@@ -3,17 +3,22 @@ import { createHmac } from 'node:crypto';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import type { Denied } from '../../lib/lease-node.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
-import { phaseOffset, windowIdAt } from '../../lib/window.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { BUS_SECRET, fleetSuite, limits, placeOf, SHARDS, until, type Member } from '../support/redis-members.js';
 
 const WINDOW_MS = 60_000;
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
 
 /** A key id whose current window lands on a shard `pick` accepts. */
+/**
+ * A key whose current window lands on a shard `pick` accepts, and has at least 10 s left: a test
+ * reads the counts of the window it started in, which owners sweep two rounds after its end.
+ */
 function keyWhere(pick: (shard: number) => boolean, salt = ''): string {
   for (let i = 0; i < 10_000; i++) {
     const keyId = `v1:${`${salt}${i}`.padStart(22, 'k')}`;
-    if (pick(placeOf(keyId).shard)) return keyId;
+    const { windowId, shard } = placeOf(keyId);
+    if (pick(shard) && windowEndMs(windowId, WINDOW_MS, phaseOffset(keyId, WINDOW_MS)) - Date.now() > 10_000) return keyId;
   }
   throw new Error('no key lands on such a shard');
 }
