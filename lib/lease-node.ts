@@ -556,7 +556,8 @@ export class LeaseNode {
     let shortName = '';
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
-      if (b.credit >= cost) return;
+      // Credit in a window that ended while an ask was out covers nothing: its successor is short.
+      if (b.credit >= cost && b.windowEnd > now) return;
       if (b.exhausted === Exhaustion.Spent && (spent === undefined || b.windowEnd > spent.windowEnd)) {
         spent = b;
         spentName = w.name;

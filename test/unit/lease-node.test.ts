@@ -203,6 +203,19 @@ describe('lease node: the decision path', () => {
     expect(link.requests).to.have.length(2);
   });
 
+  it('a request whose answer came after its window ended is told to retry now, never left without a Retry-After', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1); // 1 ms before the key's window ends
+    const link = new RecordingLink((reqs) => {
+      clock.advance(2); // the window rolls while the ask is out; its grant is for the window that ended
+      return Promise.resolve(reqs.map((r) => grantFor(r, 1, 1)));
+    });
+    const r = (await makeNode(link, clock).acquire(KEY, one)) as Denied;
+    expect(r.admitted).to.equal(false);
+    expect(r.retryAfterMs).to.equal(0);
+  });
+
   it('a window short only here (its ask for this round is spent) says retry next round, not at its end', () => {
     const clock = new FakeClock(1_800_000_000_000);
     const link = grantingLink({ 1000: 1, 60_000: 100 });
