@@ -6,6 +6,12 @@ export const enum Exhaustion {
 }
 
 /**
+ * One request per round in `Bucket.rate`'s fixed point. Fine enough that one request's trace decays
+ * smoothly, over seconds, instead of to nothing within the smoothing horizon.
+ */
+export const RATE_ONE = 65536;
+
+/**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
  * issued plus any boundary self-grant, minus what was spent and released; every count only grows
  * within a window, so applying a grant twice or out of order changes nothing.
@@ -32,10 +38,11 @@ export class Bucket {
   /** Requests seen in the current round (admitted or not). */
   roundDemand = 0;
   /**
-   * Smoothed requests per round × 256 (fixed point: a small integer stays unboxed in V8, a fractional
-   * double would cost a heap number per bucket). The demand advertised to the owner.
+   * Smoothed requests per round, in units of `RATE_ONE` (fixed point: a small integer stays unboxed in
+   * V8, a fractional double would cost a heap number per bucket; small up to 2^30, over 16,000
+   * requests a round on one node). The demand advertised to the owner.
    */
-  rate256 = 0;
+  rate = 0;
   /** Last round in which the bucket was reported with requests. */
   reportedRound = -1;
   /** No remote fast path before the round after this one (an ask unanswered or answered with nothing, D2). */

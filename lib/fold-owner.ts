@@ -600,7 +600,9 @@ export class FoldOwner {
     let recalled = false;
     for (const lease of l.leases) {
       if (lease === asking || lease.float || lease.noticeAt === round) continue;
-      const keep = Math.ceil(lease.demand * this.cfg.headroom);
+      // Below one request's worth a lease keeps nothing: `lib/lease-size.ts` gives it no lease.
+      const base = lease.demand * this.cfg.headroom;
+      const keep = base < 1 ? 0 : Math.ceil(base);
       if (held(lease) > keep) {
         lease.noticeAt = round;
         this.outbox.push(this.adjust(l, lease, keep, false));

@@ -1,4 +1,4 @@
-import { Exhaustion, type Bucket } from './bucket.js';
+import { Exhaustion, RATE_ONE, type Bucket } from './bucket.js';
 import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import { leaseTarget } from './lease-size.js';
@@ -11,12 +11,13 @@ import { windowEndMs, windowIdAt } from './window.js';
 export { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink };
 
 /** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
-const MIN_RATE256 = 1;
+const MIN_RATE = RATE_ONE / 256;
 /**
  * Share of remote asks missing their deadline (× 256, smoothed over about 16 asks) above which the
- * fast path counts as unreliable: 13/256 ≈ 5 %.
+ * fast path counts as unreliable: 26/256 ≈ 10 %, two misses close together. One miss alone (16) is
+ * not enough: hedged leases strand credit, which a key using its whole allowance then misses.
  */
-const UNRELIABLE_256 = 13;
+const UNRELIABLE_256 = 26;
 /** Most requests' worth a key seen rarely on a node asks for while the fast path is unreliable. */
 const HEDGE_MAX = 3;
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
@@ -222,13 +223,16 @@ export class LeaseNode {
         const w = windows[i]!;
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
-        b.rate256 += (b.roundDemand * 256 - b.rate256) >> 4;
+        b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
         // What it gives back is reported this round, even by a bucket that saw no request. Not right
         // after a request was told to retry in a round: a late answer's credit is kept for the retry.
         if (this.roundNo - s.shortRound > 1) this.shed(b, now);
         const idle = b.roundDemand === 0 && !b.dirty;
-        // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded.
-        if (b.windowEnd <= now || (idle && b.rate256 < MIN_RATE256 && b.selfIssued === 0)) continue;
+        // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
+        // one's rate is forgotten, or what is left of it would outlive its key's traffic here.
+        const faded = idle && b.rate < MIN_RATE && b.selfIssued === 0;
+        if (faded) b.rate = 0;
+        if (faded || b.windowEnd <= now) continue;
         keep = true;
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
@@ -395,13 +399,13 @@ export class LeaseNode {
    * (`lib/lease-size.ts`); a busy key new to this node asks per request until its rate shows.
    */
   private demandOf(b: Bucket): number {
-    const demand = (b.rate256 / 256) * this.cfg.demandRounds;
-    if (b.rate256 === 0 || this.missed256 <= UNRELIABLE_256) return demand;
+    const demand = (b.rate / RATE_ONE) * this.cfg.demandRounds;
+    if (b.rate === 0 || this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
     // lately asks for what its rate says it will spend by the window's end — at least one request,
     // at most HEDGE_MAX, below a busy lease so the owner's room bounds it — instead of asking per
     // request: a little credit may strand rather than most such requests being refused.
-    const untilEnd = ((b.rate256 / 256) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
+    const untilEnd = ((b.rate / RATE_ONE) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
     return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));
   }
 

@@ -148,6 +148,18 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.onCreditRequest(small('a', 1, 0))!.issued).to.equal(1);
   });
 
+  it('recalls all of a lease whose demand faded below one request, not a last credit of it', () => {
+    const o = owner(4, 0);
+    expect(o.onCreditRequest(small('x', 1, 8))!.issued).to.equal(10);
+    // x spent 2 and its key went quiet: a trace of demand (0.03 × h is far below one request).
+    const r: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 2, issued: 10, selfIssued: 0, released: 0, demand: 0.03, held: 8, selfGrant: false };
+    o.onReports({ shard: 0, nodeId: 'x', nodeEpoch: 'x-e1', round: 1, reports: [r] });
+    o.takeOutbox();
+    expect(o.onCreditRequest(small('a', 1, 0))).to.equal(undefined); // the pool is dry
+    const recalls = o.takeOutbox().filter((m) => m.type === 'adjust' && m.nodeId === 'x');
+    expect(recalls.map((m) => m.type === 'adjust' && m.keep)).to.deep.equal([0]);
+  });
+
   it('merges reports: max seq wins in an epoch, so duplicates and reorders change nothing (L3)', () => {
     const o = owner();
     o.onReports(batch('a', 'a-e1', 3, 30));

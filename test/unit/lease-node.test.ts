@@ -327,6 +327,73 @@ describe('lease node: the decision path', () => {
     expect(node.endRound()).to.have.length(0);
   });
 
+  describe('a key seen here less than once in 16 rounds (every 600 ms)', () => {
+    const minute = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit: 100 }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+    const OTHER = 'v1:OTHERKEYOTHERKEYOTHERK';
+    const off = phaseOffset(KEY, 60_000);
+    /**
+     * `misses` asks for another key that miss their deadline, then one request of this key 590 ms
+     * before its window ends and quiet rounds to the window's last: its reports for this window and
+     * the next.
+     */
+    async function requestThenQuiet(misses: number): Promise<{ current: number[]; next: number[] }> {
+      const clock = new FakeClock(1_800_000_000_000);
+      const end = windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off);
+      clock.set(end - 590 - 25 * misses);
+      let asks = 0;
+      const link = new RecordingLink((reqs) => Promise.resolve(asks++ < misses ? undefined : reqs.map((r) => grantFor(r, 1, 1))));
+      const node = makeNode(link, clock);
+      for (let i = 0; i < misses; i++) {
+        await node.acquire(OTHER, minute);
+        node.endRound();
+        clock.advance(25);
+      }
+      expect(await node.acquire(KEY, minute)).to.deep.equal({ admitted: true });
+      const current: number[] = [];
+      const next: number[] = [];
+      // Its last two rounds fall in the window's last 50 ms, when a node asks ahead.
+      for (let i = 0; i < 24; i++) {
+        for (const r of node.endRound().flatMap((b) => b.reports)) if (r.keyId === KEY) (r.windowId === windowIdAt(clock.now(), 60_000, off) ? current : next).push(r.demand);
+        clock.advance(25);
+      }
+      return { current, next };
+    }
+
+    it('while asks miss, it is still reported with a hedge, and asks ahead for the next window', async () => {
+      const { current, next } = await requestThenQuiet(2); // two misses close together: unreliable
+      // Its trace outlives the gap: the owner hears a demand of a request's worth until the window
+      // ends, and the next window's owner hears it in time to grant ahead of the rollover.
+      expect(current.length).to.be.greaterThan(2);
+      expect(current.every((d) => d >= 1)).to.equal(true);
+      expect(next).to.have.length(2);
+      expect(next.every((d) => d >= 1)).to.equal(true);
+    });
+
+    for (const misses of [0, 1]) {
+      it(`after ${misses} missed ask(s), its demand stays below a request (no lease) but is still heard ahead`, async () => {
+        const { current, next } = await requestThenQuiet(misses);
+        expect(current.length).to.be.greaterThan(0);
+        expect(next).to.have.length(2);
+        expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
+      });
+    }
+
+    it('is forgotten once its demand has faded: a later unreliable spell does not hedge it', async () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      let asks = 0;
+      const link = new RecordingLink((reqs) => Promise.resolve(asks++ === 0 ? reqs.map((r) => grantFor(r, 1, 1)) : undefined));
+      const node = makeNode(link, clock);
+      await node.acquire(KEY, minute); // granted
+      for (let i = 0; i < 100; i++) node.endRound(); // fades and drops out of the reports
+      for (let i = 0; i < 2; i++) {
+        await node.acquire(OTHER, minute); // two misses: unreliable
+        node.endRound();
+      }
+      await node.acquire(KEY, minute);
+      expect(link.requests.at(-1)!.map((r) => r.demand)).to.deep.equal([0]);
+    });
+  });
+
   it('reports again, every round, buckets whose batch the link could not send', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
     let up = false;
@@ -348,7 +415,7 @@ describe('lease node: the decision path', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
     const node = makeNode(link);
     node.acquire(KEY, free);
-    for (let i = 0; i < 30; i++) node.endRound(); // long quiet: dropped from the reports
+    for (let i = 0; i < 60; i++) node.endRound(); // long quiet (one request fades in about 43 rounds): dropped
     expect(node.endRound()).to.have.length(0);
     const shards = new Set(node.buckets.peek(KEY)!.buckets.map((b) => shardOf(KEY, b.windowId, 8)));
     node.resync(shards);
