@@ -94,8 +94,10 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const keyId = next();
     const applied = a.node.stats.grantsApplied;
     // Writes held for longer than the owner's lease: a successor could have replayed the log by then.
+    // An allowance of 1, all in the withheld grant: no later top-up (a node whose asks miss on a
+    // busy machine hedges and is topped up once writes resume) can legitimately reach the node.
     await ctx.raw.call('CLIENT', 'PAUSE', '400', 'WRITE');
-    expect((await a.node.acquire(keyId, limits(100))).admitted).to.equal(false);
+    expect((await a.node.acquire(keyId, limits(1))).admitted).to.equal(false);
     await until(() => b.bus.stats.grantsWithheld > 0, 'the grant to be withheld', 3000);
     await new Promise((res) => setTimeout(res, 100));
     expect(a.node.stats.grantsApplied).to.equal(applied);
