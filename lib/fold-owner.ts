@@ -220,11 +220,11 @@ export class FoldOwner {
   /**
    * Tops up the floats of windows that had remote asks lately (and of the next window of each, in
    * its last two rounds, as of one a node reported ahead for a key it will ask for), on shards
-   * `serving` says are this owner's: the grants to log. A float's
-   * credit counts as issued from the moment it is made, so a later owner replaying the log never
-   * issues it again; it is usable only once `logged` says its grant is on record. Sized to twice the
-   * most credit asks wanted between two refills, at least FLOAT_MIN, at most a quarter of the allowance (at least 1),
-   * from the pool without the reserve. The first call turns floats on.
+   * `serving` says are this owner's: the grants to log. A float's credit counts as issued from the
+   * moment it is made, so a later owner replaying the log never issues it again; it is usable only
+   * once `logged` says its grant is on record. Sized to twice the most credit asks wanted between
+   * two refills, at least FLOAT_MIN, at most a quarter of the allowance (at least 1), from the pool
+   * without the reserve. The first call turns floats on.
    */
   refillFloats(serving: (shard: number) => boolean): Grant[] {
     const holder = this.cfg.floatHolder;
@@ -275,16 +275,16 @@ export class FoldOwner {
   /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
   logged(grants: readonly Grant[]): void {
     for (const g of grants) {
-      const l = this.find(g.keyId, g.windowMs, g.windowId);
-      const lease = l === undefined ? undefined : leaseIn(l, g.nodeEpoch, g.lease);
-      if (lease === undefined) continue;
-      if (g.ownerEpoch !== this.cfg.ownerEpoch(this.cfg.shardOf(g.keyId, g.windowId))) continue;
+      const found = this.granted(g);
+      if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(this.cfg.shardOf(g.keyId, g.windowId))) continue;
+      const { l, lease } = found;
       if (!lease.float) {
-        lease.onRecord = lease.recordEpoch === g.ownerEpoch ? Math.max(lease.onRecord, g.issued - (g.floated ?? 0)) : g.issued - (g.floated ?? 0);
+        const direct = directOf(g);
+        lease.onRecord = lease.recordEpoch === g.ownerEpoch ? Math.max(lease.onRecord, direct) : direct;
         lease.recordEpoch = g.ownerEpoch;
-      } else if (l!.float?.lease === lease) {
-        l!.float.onRecord = Math.max(l!.float.onRecord, g.issued);
-        this.announceRefilled(l!);
+      } else if (l.float?.lease === lease) {
+        l.float.onRecord = Math.max(l.float.onRecord, g.issued);
+        this.announceRefilled(l);
       }
     }
   }
@@ -294,10 +294,17 @@ export class FoldOwner {
    * grant whose log write came back. Such a grant may go out before its own log write does.
    */
   onRecord(g: Grant): boolean {
-    const l = this.find(g.keyId, g.windowMs, g.windowId);
-    const lease = l === undefined ? undefined : leaseIn(l, g.nodeEpoch, g.lease);
-    const direct = g.issued - (g.floated ?? 0);
+    const lease = this.granted(g)?.lease;
+    const direct = directOf(g);
     return lease !== undefined && !lease.float && (direct === 0 || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord));
+  }
+
+  /** The ledger and lease a grant of this owner's went to, if still known. */
+  private granted(g: Grant): { l: Ledger; lease: Lease } | undefined {
+    const l = this.find(g.keyId, g.windowMs, g.windowId);
+    if (l === undefined) return undefined;
+    const lease = leaseIn(l, g.nodeEpoch, g.lease);
+    return lease === undefined ? undefined : { l, lease };
   }
 
   /**
@@ -785,6 +792,11 @@ function tally(l: Ledger): { direct: number; floats: number; floated: number } {
     floated += lease.floated;
   }
   return { direct, floats, floated };
+}
+
+/** What a grant states beyond the credit it took from a float. */
+function directOf(g: Grant): number {
+  return g.issued - (g.floated ?? 0);
 }
 
 /** The lease of `l` with this node epoch and lease number. */
