@@ -37,6 +37,8 @@ export class LeaseNode {
   readonly buckets: BucketMap;
   readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0 };
   private roundNo = 0;
+  /** Seq of the last report sent: every report carries a higher one, so the owner keeps the newest. */
+  private reportSeq = 0;
   private touched: Subject[] = [];
   /** Window end of the last boundary self-grant per key and window length (F4), kept across eviction. */
   private readonly selfGranted = new Map<string, number>();
@@ -149,6 +151,8 @@ export class LeaseNode {
       b.nextWindowId = g.windowId;
       b.nextGrantSeq = g.grantSeq;
       b.nextIssued = Math.max(b.nextIssued, g.issued);
+      // Listed, so the round after the rollover rolls it in even if no request comes (`endRound`).
+      this.touch(this.buckets.peek(g.keyId)!);
       this.stats.grantsApplied++;
       return true;
     }
@@ -166,7 +170,10 @@ export class LeaseNode {
       b.released += b.credit - a.keep;
       b.dirty = true;
       const s = this.buckets.peek(a.keyId);
-      if (s !== undefined) this.touch(s);
+      if (s !== undefined) {
+        this.touch(s);
+        this.reportNow(s, b, a.windowMs);
+      }
     }
     // Exhausted: when what is held runs out, deny without asking (until a later grant, or until the
     // owner says credit came back: neither a recall nor exhausted).
@@ -178,6 +185,21 @@ export class LeaseNode {
     }
     this.stats.adjustsApplied++;
     return true;
+  }
+
+  /**
+   * What a recall released, reported at once rather than at the round's end: the owner has it for
+   * the next node that asks within a hop. Not to an owner in this process (it would fold the report
+   * while still sending what it decided before, and a refill could overtake an older exhaustion
+   * notice), nor for a window that has ended; those wait for the round.
+   */
+  private reportNow(s: Subject, b: Bucket, windowMs: number): void {
+    const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
+    if (b.windowEnd <= this.clock.now() || this.link.local?.(shard) === true) return;
+    const w = s.limits.windows.find((x) => x.windowMs === windowMs)!;
+    const batch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports: [this.report(s.keyId, windowMs, w.limit, b)] };
+    this.stats.reports++;
+    if (!this.link.publish(batch)) this.unsent(batch);
   }
 
   /**
@@ -221,6 +243,12 @@ export class LeaseNode {
       for (let i = 0; i < windows.length; i++) {
         const b = s.buckets[i] as Bucket;
         const w = windows[i]!;
+        // Credit granted ahead for a window that began without a request here is rolled in, so it is
+        // reported and given back like any lease's instead of stranding until the window ends.
+        if (b.windowEnd <= now && b.nextIssued > 0) {
+          const id = windowIdAt(now, w.windowMs, b.offset);
+          if (id === b.nextWindowId) this.rollBucket(s.keyId, b, id, w.windowMs, w.limit);
+        }
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
         b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
@@ -289,7 +317,7 @@ export class LeaseNode {
       windowMs,
       limit,
       lease: b.lease,
-      seq: this.roundNo,
+      seq: ++this.reportSeq,
       spent: 0,
       issued: next ? b.nextIssued : 0,
       selfIssued: 0,
@@ -307,7 +335,7 @@ export class LeaseNode {
       windowMs,
       limit,
       lease: b.lease,
-      seq: this.roundNo,
+      seq: ++this.reportSeq,
       spent: b.spent,
       issued: b.issued,
       selfIssued: b.selfIssued,

@@ -291,7 +291,7 @@ describe('lease node: the decision path', () => {
     });
   });
 
-  it('ends a round with one batch per touched shard, cumulative spend and the round as seq (B2)', () => {
+  it('ends a round with one batch per touched shard, cumulative spend and a seq that grows with every report (B2)', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
     link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 10 }))))(link.answer);
     const node = makeNode(link);
@@ -302,9 +302,10 @@ describe('lease node: the decision path', () => {
     expect(reports).to.have.length(4);
     expect(new Set(batches.map((b) => b.shard)).size).to.equal(batches.length);
     const mine = reports.filter((r) => r.keyId === KEY);
-    expect(mine.map((r) => [r.windowMs, r.spent, r.seq, r.selfGrant])).to.have.deep.members([
-      [1000, 8, 0, false],
-      [60_000, 8, 0, false],
+    expect(batches.every((b) => b.round === 0)).to.equal(true);
+    expect(mine.map((r) => [r.windowMs, r.spent, r.selfGrant])).to.have.deep.members([
+      [1000, 8, false],
+      [60_000, 8, false],
     ]);
     // 8 requests in one round, smoothed over 16 rounds: half a request per round, × 2 rounds ahead.
     expect(mine.every((r) => r.demand === 1)).to.equal(true);
@@ -312,19 +313,90 @@ describe('lease node: the decision path', () => {
     // Without traffic a key is reported the first quiet round (its demand fading by 1/16 a round),
     // the round its fading demand no longer calls for what it holds (it gives that back) and the round
     // after, then once every 8 rounds while its demand fades, then not at all.
-    const quiet = () => node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
+    const seqs = mine.map((r) => r.seq);
+    const quiet = () => {
+      const out = node.endRound().flatMap((b) => b.reports.filter((r) => r.keyId === KEY).map((r) => ({ ...r, round: b.round })));
+      seqs.push(...out.map((r) => r.seq));
+      return out;
+    };
     expect(quiet().map((r) => r.demand)).to.deep.equal([0.9375, 0.9375]); // round 1: 120/256 × 2
     const between = Array.from({ length: 6 }, quiet).flat(); // rounds 2–7
     // Round 4 (demand 0.77 × h < 1): it gives back the 2 it held; round 5 is its first quiet round since.
-    expect(between.map((r) => [r.seq, r.windowMs, r.held, r.released])).to.have.deep.members([
+    expect(between.map((r) => [r.round, r.windowMs, r.held, r.released])).to.have.deep.members([
       [4, 1000, 0, 2],
       [4, 60_000, 0, 2],
       [5, 1000, 0, 2],
       [5, 60_000, 0, 2],
     ]);
     expect(quiet()).to.have.length(2); // round 8
+    // Every report a higher seq than the one before: the owner keeps the newest, whatever the round.
+    expect(seqs.every((x, i) => i === 0 || x > seqs[i - 1]!)).to.equal(true);
     for (let i = 0; i < 100; i++) node.endRound();
     expect(node.endRound()).to.have.length(0);
+  });
+
+  /** A node that asked once for KEY (one 10-per-second window) and got nothing yet. */
+  function seenOnce() {
+    const clock = new FakeClock();
+    const link = new RecordingLink(() => []);
+    const node = makeNode(link, clock);
+    node.acquire(KEY, one);
+    const ask = link.requests[0]![0]!;
+    const { type: _, issued: __, ...ref } = grantFor(ask, 0, 1);
+    const recall = (keep: number): boolean => node.onMessage({ ...ref, type: 'adjust', keep, exhausted: false });
+    return { clock, link, node, ask, recall, bucket: node.buckets.peek(KEY)!.buckets[0]! };
+  }
+
+  it('gives a recall back at once: the report goes out when the recall lands, not at the round end', () => {
+    const { link, node, ask, recall } = seenOnce();
+    node.applyGrant(grantFor(ask, 6, 1));
+    expect(recall(2)).to.equal(true);
+    const sent = link.published.flatMap((b) => b.reports);
+    expect(sent.map((r) => [r.windowId, r.issued, r.released, r.held])).to.deep.equal([[ask.windowId, 6, 4, 2]]);
+    // The round's report follows with a higher seq, so the owner takes it over the early one.
+    const round = node.endRound().flatMap((b) => b.reports);
+    expect(round.map((r) => r.released)).to.deep.equal([4]);
+    expect(round[0]!.seq).to.be.above(sent[0]!.seq);
+  });
+
+  it('reports a recall at round end only, when the owner is in this process or the window has ended', () => {
+    const { clock, link, node, ask, recall, bucket } = seenOnce();
+    node.applyGrant(grantFor(ask, 6, 1));
+    // An owner in this process would fold the report while still sending what it decided before.
+    const local = Object.assign(link, { local: (): boolean => true });
+    recall(4);
+    expect(local.published).to.have.length(0);
+    // A recall landing after its window ended (clock skew, an ask in the last moment): nothing to say.
+    local.local = () => false;
+    clock.advance(bucket.windowEnd - clock.now());
+    recall(2);
+    expect(local.published).to.have.length(0);
+  });
+
+  describe('credit granted ahead for a window that began without a request here', () => {
+    /** The reports of the next window at the first round after it began, 5 granted ahead for it. */
+    function rolled(t: ReturnType<typeof seenOnce>): Array<[number, number, number]> {
+      t.clock.advance(t.bucket.windowEnd - t.clock.now() + 1);
+      const next = t.node.endRound().flatMap((x) => x.reports).filter((r) => r.windowId === t.ask.windowId + 1);
+      return next.map((r) => [r.issued, r.released, r.held]);
+    }
+
+    it('is rolled in and given back, not stranded until the window ends', () => {
+      const t = seenOnce();
+      t.node.applyGrant({ ...grantFor(t.ask, 5, 1), windowId: t.ask.windowId + 1 });
+      t.node.endRound(); // two rounds on from the denial: give-backs are not held for a retry
+      t.node.endRound();
+      // One request's trace calls for no lease: the 5 are reported and given back.
+      expect(rolled(t)).to.deep.equal([[5, 5, 0]]);
+    });
+
+    it('is rolled in even when it lands after the key dropped off the round list', () => {
+      const t = seenOnce();
+      for (let i = 0; i < 60; i++) t.node.endRound(); // one request's trace fades; the key leaves the list
+      expect(t.node.endRound()).to.have.length(0);
+      t.node.applyGrant({ ...grantFor(t.ask, 5, 1), windowId: t.ask.windowId + 1 });
+      expect(rolled(t)).to.deep.equal([[5, 5, 0]]);
+    });
   });
 
   describe('a key seen here less than once in 16 rounds (every 600 ms)', () => {
