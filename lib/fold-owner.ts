@@ -121,9 +121,12 @@ const FLOAT_MIN = 2;
 
 /**
  * demand × h at or above which a lease is busy — about a request a round or more — and is always
- * topped up to demand × h whatever the room: it will spend that within the next rounds.
+ * topped up to BUSY_ROUNDS of its demand whatever the room: it will spend that before its next
+ * top-ups. Beyond that the room decides, so at a window's tail credit stays with the owner.
  */
 const BUSY = 4;
+/** Rounds of its demand a busy lease gets whatever the room, and keeps when recalled. */
+const BUSY_ROUNDS = 2;
 
 /** Thrown if a grant would break sum(committed) ≤ allowance (L2); it must be unreachable. */
 export class InvariantViolation extends RateLimiterError {
@@ -197,14 +200,17 @@ export class FoldOwner {
     }
     const float = useFloat ? this.floatLeft(ledger, false) : 0;
     let avail = this.available(ledger, false);
-    let amount = this.ration(ledger, lease, want, req.need, avail + float);
+    // At least a round of the node's demand when there is that much: a busy node that ran dry does
+    // not ask again before its next top-up.
+    const least = Math.max(req.need, this.rounds(req.demand, 1));
+    let amount = this.ration(ledger, lease, want, least, avail + float);
     if (amount < req.need && req.fastPath && !ledger.reserveReleased) {
       const reserve = this.reserveOf(ledger);
       if (reserve > 0) {
         ledger.reserveReleased = true;
         this.stats.reserveReleases++;
         avail = this.available(ledger, true);
-        amount = this.ration(ledger, lease, want, req.need, avail + float);
+        amount = this.ration(ledger, lease, want, least, avail + float);
       }
     }
     if (amount < req.need) this.recall(ledger, lease);
@@ -359,9 +365,10 @@ export class FoldOwner {
    * not started is a node asking ahead of its rollover: the grant lands as the next window's credit,
    * so busy keys never start a window on the fast path. A top-up is not rationed — it is demand-sized
    * already (`lib/lease-size.ts`), and rationing it would turn every shortfall into fast-path asks —
-   * but beyond a busy lease's own demand × h, leases together never hold more than half of what the
-   * window has left: the other half stays with the owner for the nodes that ask, whatever the demand
-   * estimates got wrong.
+   * but beyond a busy lease's next BUSY_ROUNDS of demand, leases together never hold more than half
+   * of what the window has left: the other half stays with the owner for the nodes that ask, whatever
+   * the demand estimates got wrong. (Up to demand × h whatever the room, a window's last credit sat
+   * on the nodes that happened to hold it when the key stopped, while others refused.)
    */
   private topUp(ledger: Ledger, lease: Lease, r: Report): void {
     const target = this.target(ledger, r.demand);
@@ -370,7 +377,7 @@ export class FoldOwner {
     const avail = this.available(ledger, false);
     const pool = avail + this.floatLeft(ledger, false);
     const base = Math.floor(r.demand * this.cfg.headroom);
-    const own = base >= BUSY ? base - held(lease) : 0;
+    const own = base >= BUSY ? Math.min(base, this.rounds(r.demand, BUSY_ROUNDS)) - held(lease) : 0;
     const amount = Math.min(target - held(lease), pool, Math.max(own, this.room(ledger)));
     if (amount > 0) {
       this.outbox.push(this.issue(ledger, lease, amount, Math.max(0, amount - avail)));
@@ -531,6 +538,11 @@ export class FoldOwner {
     return this.ledgerCount;
   }
 
+  /** What a node advertising `demand` (over `demandRounds`) spends in `n` rounds, rounded up. */
+  private rounds(demand: number, n: number): number {
+    return Math.ceil((demand * n) / this.cfg.demandRounds);
+  }
+
   /** Credit a lease of `l` should hold for `demand` (`lib/lease-size.ts`). */
   private target(l: Ledger, demand: number): number {
     return leaseTarget(demand, (l.windowEnd - this.cfg.clock.now()) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
@@ -607,9 +619,11 @@ export class FoldOwner {
     let recalled = false;
     for (const lease of l.leases) {
       if (lease === asking || lease.float || lease.noticeAt === round) continue;
-      // Below one request's worth a lease keeps nothing: `lib/lease-size.ts` gives it no lease.
+      // Below one request's worth a lease keeps nothing: `lib/lease-size.ts` gives it no lease. A
+      // busier one keeps what it spends in BUSY_ROUNDS, not demand × h: the node gives the rest back
+      // the moment the recall lands, for the nodes that ran dry.
       const base = lease.demand * this.cfg.headroom;
-      const keep = base < 1 ? 0 : Math.ceil(base);
+      const keep = base < 1 ? 0 : Math.min(Math.ceil(base), this.rounds(lease.demand, BUSY_ROUNDS));
       if (held(lease) > keep) {
         lease.noticeAt = round;
         this.outbox.push(this.adjust(l, lease, keep, false));

@@ -60,14 +60,17 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.spent(KEY, W, WID)).to.equal(21);
   });
 
-  it('rations a pool too small for every want: a share in proportion, at least the need', () => {
+  it('rations a pool too small for every want: a share in proportion, at least the need and a round of demand', () => {
     const o = owner(4, 0);
     expect(o.onCreditRequest(small('x', 1, 8))!.issued).to.equal(10); // wants 21, all 10 there are
     expect(o.onCreditRequest(small('a', 1, 8))).to.equal(undefined); // nothing left; a's want is known
     expect(o.onCreditRequest(small('b', 1, 8))).to.equal(undefined);
-    // x gives back 9 (its demand faded): a, b and now c each want 21, so c gets a third of the 9.
+    // x gives back 9 (its demand faded): a, b and now c each want 21. A third of the 9 is 3, but c
+    // spends 4 a round: it gets 4, so it does not ask again before its next top-up.
     o.onReports(xGivesBack());
-    expect(o.onCreditRequest(small('c', 1, 8))!.issued).to.equal(3);
+    expect(o.onCreditRequest(small('c', 1, 8))!.issued).to.equal(4);
+    // d asks for one request with no demand: a share of what is left would be nothing, the need is 1.
+    expect(o.onCreditRequest(small('d', 1, 0))!.issued).to.equal(1);
   });
 
   it("holds back a silent node's possible self-grant (F4) unless it reported credit applied, not merely a lease", () => {
@@ -135,7 +138,7 @@ describe('fold owner: the only issuer of credit', () => {
 
   it('tells leases it announced exhausted when released credit refills the window', () => {
     const o = owner(1, 0);
-    o.onCreditRequest(small('x', 1, 8)); // all 10
+    o.onCreditRequest(small('x', 1, 10)); // all 10, which x spends within two rounds: nothing to recall
     o.takeOutbox();
     expect(o.onCreditRequest(small('a', 1, 0))).to.equal(undefined);
     const notices = o.takeOutbox();
@@ -158,6 +161,27 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.onCreditRequest(small('a', 1, 0))).to.equal(undefined); // the pool is dry
     const recalls = o.takeOutbox().filter((m) => m.type === 'adjust' && m.nodeId === 'x');
     expect(recalls.map((m) => m.type === 'adjust' && m.keep)).to.deep.equal([0]);
+  });
+
+  it('tops a busy lease up by two rounds of its demand beyond the room, not demand × h', () => {
+    const o = owner(4, 0);
+    // a and b each advertise 20 over the next 2 rounds (demand × h = 25, a busy lease) on a 60 plan.
+    // Leases together take half of what is unspent (30); beyond it, two rounds of demand (20) each.
+    const topUp = (node: string) => o.onReports(batch(node, `${node}-e1`, 1, 0, 20, 60)).filter((m) => m.type === 'grant');
+    expect(topUp('a').map((g) => g.type === 'grant' && g.issued)).to.deep.equal([30]);
+    expect(topUp('b').map((g) => g.type === 'grant' && g.issued)).to.deep.equal([20]);
+    // The owner still holds 10 for the node that runs dry first.
+    expect(o.onCreditRequest(req('c', 1, 0, true, 60))!.issued).to.equal(1);
+  });
+
+  it('recalls a busy lease down to two rounds of its demand when an ask finds the pool dry', () => {
+    const o = owner(4, 0);
+    expect(o.onCreditRequest(req('a', 1, 16, true, 40))!.issued).to.equal(40); // all of it
+    o.takeOutbox();
+    expect(o.onCreditRequest(req('b', 1, 0, true, 40))).to.equal(undefined);
+    const recalls = o.takeOutbox().filter((m) => m.type === 'adjust' && m.nodeId === 'a');
+    // Not demand × h (20): a spends about 8 a round, and gives the rest back the moment it hears.
+    expect(recalls.map((m) => m.type === 'adjust' && [m.keep, m.exhausted])).to.deep.equal([[16, false]]);
   });
 
   it('merges reports: max seq wins in an epoch, so duplicates and reorders change nothing (L3)', () => {
