@@ -124,6 +124,14 @@ describe('accuracy sweep: the cells the envelope was failing now meet their targ
     { nodes: 50, shape: 'spread', limit: 100, load: 3 },
     { nodes: 20, shape: 'spread', limit: 10, windowMs: 60_000 },
     { nodes: 3, shape: 'churn', limit: 10, windowMs: 60_000 },
+    // A window's last credit left where the key stopped (on/off bursts, ramps, churning keys): up to
+    // demand × h on every busy node, and pre-grants never rolled in on a node that saw no request.
+    // 20 % of the requests in windows within the limit refused, 1.8 % under, 10.8 % on 50 nodes.
+    { nodes: 3, shape: 'ramp', limit: 5, load: 10 },
+    { nodes: 20, shape: 'onoff', limit: 10, load: 3 },
+    { nodes: 20, shape: 'onoff', limit: 1000, load: 1 },
+    { nodes: 20, shape: 'churn', limit: 10_000, load: 10 },
+    { nodes: 50, shape: 'churn', limit: 100, load: 10 },
   ];
   for (const c of cells) {
     const full = cell(c);
