@@ -92,7 +92,6 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     if (ctx.redis.external) this.skip(); // pauses the server
     const [a, b, next] = await connected('late');
     const keyId = next();
-    const applied = a.node.stats.grantsApplied;
     // Writes held for longer than the owner's lease: a successor could have replayed the log by then.
     // An allowance of 1, all in the withheld grant: no later top-up (a node whose asks miss on a
     // busy machine hedges and is topped up once writes resume) can legitimately reach the node.
@@ -100,7 +99,9 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     expect((await a.node.acquire(keyId, limits(1))).admitted).to.equal(false);
     await until(() => b.bus.stats.grantsWithheld > 0, 'the grant to be withheld', 3000);
     await new Promise((res) => setTimeout(res, 100));
-    expect(a.node.stats.grantsApplied).to.equal(applied);
+    // This key's bucket never got the credit (answers to the other keys' asks before may still land
+    // on a busy machine, so the node's grant count says nothing).
+    expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
   });
 
