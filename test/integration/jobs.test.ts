@@ -99,7 +99,8 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     const keyId = hasher.hash('sk_live_customer_one');
     await until(async () => (await limiter.events!.find([keyId])).length === denied, 'the events to be flushed', 3000);
     const found = await limiter.events!.find([keyId]);
-    expect(found.every((e) => e.class === 'quota' && e.status === 429 && e.window === 'burst' && e.node === 'events-node' && e.routeClass === 'default')).to.equal(true);
+    const odd = found.filter((e) => !(e.class === 'quota' && e.status === 429 && e.window === 'burst' && e.node === 'events-node' && e.routeClass === 'default'));
+    expect(odd, `answers ${statuses.join(' ')}`).to.deep.equal([]);
     const stored = JSON.stringify(await raw.xrange(`${prefix}:{ev}:events`, '-', '+'));
     expect(stored).to.not.include('sk_live_customer_one');
   });
