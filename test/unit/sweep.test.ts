@@ -126,7 +126,8 @@ describe('accuracy sweep: the cells the envelope was failing now meet their targ
     { nodes: 3, shape: 'churn', limit: 10, windowMs: 60_000 },
     // A window's last credit left where the key stopped (on/off bursts, ramps, churning keys): up to
     // demand × h on every busy node, and pre-grants never rolled in on a node that saw no request.
-    // 20 % of the requests in windows within the limit refused, 1.8 % under, 10.8 % on 50 nodes.
+    // Then: ramp 5@10× on 3 nodes refused 20 % of the requests in windows within the limit, on/off
+    // 1000@1× was 1.8 % under, churn 100@10× on 50 nodes refused 4.6 %.
     { nodes: 3, shape: 'ramp', limit: 5, load: 10 },
     { nodes: 20, shape: 'onoff', limit: 10, load: 3 },
     { nodes: 20, shape: 'onoff', limit: 1000, load: 1 },
