@@ -196,10 +196,15 @@ export class LeaseNode {
   private reportNow(s: Subject, b: Bucket, windowMs: number): void {
     const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
     if (b.windowEnd <= this.clock.now() || this.link.local?.(shard) === true) return;
-    const w = s.limits.windows.find((x) => x.windowMs === windowMs)!;
-    const batch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports: [this.report(s.keyId, windowMs, w.limit, b)] };
+    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b)]);
+  }
+
+  /** Publishes one batch of reports for `shard`; what the link could not send is reported next round. */
+  private send(shard: number, reports: Report[]): ReportBatch {
+    const batch: ReportBatch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports };
     this.stats.reports++;
     if (!this.link.publish(batch)) this.unsent(batch);
+    return batch;
   }
 
   /**
@@ -284,9 +289,7 @@ export class LeaseNode {
       for (const [mark, end] of this.selfGranted) if (end <= now) this.selfGranted.delete(mark);
     }
     const batches: ReportBatch[] = [];
-    for (const [shard, reports] of byShard) batches.push({ shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports });
-    for (const batch of batches) if (!this.link.publish(batch)) this.unsent(batch);
-    this.stats.reports += batches.length;
+    for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
     this.roundNo++;
     return batches;
   }
