@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { Queue } from 'bullmq';
 import type { EventLog } from '../bus/events.js';
 import { PolicyConflict, type PolicyStore } from '../bus/policy-store.js';
+import { StoreRecordError } from '../bus/store-signature.js';
 import { PolicyError, type Problem } from '../lib/errors.js';
 import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import type { PlanDef, PolicyDoc } from '../lib/policy.js';
@@ -134,6 +135,8 @@ export function createAdminApp(o: AdminOptions): Express {
         if (err instanceof BadRequest) return problem(res, 400, 'INVALID_REQUEST', 'The request is invalid; nothing was changed', { problems: err.problems });
         if (err instanceof PolicyError) return problem(res, 400, 'INVALID_POLICY', 'The resulting policy is invalid; nothing was changed', { problems: err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })) });
         if (err instanceof PolicyConflict) return problem(res, 409, 'CONFLICT', err.message);
+        // Someone wrote the store without the policy secret: no node applies it; a PUT replaces it.
+        if (err instanceof StoreRecordError) return problem(res, 409, 'STORE_RECORD_REFUSED', `The stored record is refused (${err.reason}): ${err.message}. Nodes keep their last good one; store a policy or set the switch again to replace it`);
         o.logger?.error({ err, path: req.path }, 'admin request failed');
         problem(res, 500, 'INTERNAL', 'The request failed; the audit trail shows any change that was made');
       });
@@ -153,6 +156,15 @@ export function createAdminApp(o: AdminOptions): Express {
     );
     return stored.version;
   };
+
+  /** A stored record that does not verify, as the health view lists it (and throws anything else). */
+  type Refused = { record: 'policy' | 'switch'; refused: string; message: string };
+  const refusedAs =
+    (record: Refused['record']) =>
+    (err: unknown): Refused => {
+      if (err instanceof StoreRecordError) return { record, refused: err.reason, message: err.message };
+      throw err;
+    };
 
   const v1 = express.Router();
   v1.get('/policy', admin, route(async (_req, res) => {
@@ -219,9 +231,11 @@ export function createAdminApp(o: AdminOptions): Express {
       o.redis.hgetall(`${prefix}:{ctl}:epochs`),
       o.redis.hgetall(`${prefix}:{ctl}:owners`),
       o.redis.hgetall(`${prefix}:{ctl}:status`),
-      o.store.current(),
-      o.store.switchState(),
+      o.store.current().catch(refusedAs('policy')),
+      o.store.switchState().catch(refusedAs('switch')),
     ]);
+    const refused = [policy, sw].filter((x): x is Refused => x !== undefined && 'refused' in x);
+    const policyOk = policy !== undefined && !('refused' in policy);
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
     const nodes = [];
     for (let i = 0; i + 1 < members.length; i += 2) {
@@ -246,13 +260,16 @@ export function createAdminApp(o: AdminOptions): Express {
       })
       .sort((a, b) => a.shard - b.shard);
     const degraded = nodes.filter((x) => (x.status as { degraded?: boolean } | null)?.degraded === true).map((x) => x.node);
-    const stalePolicy = nodes.filter((x) => policy !== undefined && x.status !== null && (x.status as { policyVersion?: number }).policyVersion !== policy.version).map((x) => x.node);
+    const stalePolicy = nodes.filter((x) => policyOk && x.status !== null && (x.status as { policyVersion?: number }).policyVersion !== policy.version).map((x) => x.node);
+    const enforcing = !('refused' in sw) && sw.enforce;
     res.json({
       at: now,
-      enforcing: sw.enforce,
-      policyVersion: policy?.version ?? null,
-      // One answer to "is every node enforcing the right limits right now".
-      ok: degraded.length === 0 && stalePolicy.length === 0 && sw.enforce && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+      enforcing,
+      policyVersion: policyOk ? policy.version : null,
+      // One answer to "is every node enforcing the right limits right now": not without a stored,
+      // signed policy, nor while the store holds a record no node will apply.
+      ok: policyOk && refused.length === 0 && degraded.length === 0 && stalePolicy.length === 0 && enforcing && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+      refusedRecords: refused,
       degradedNodes: degraded,
       nodesOnAnotherPolicy: stalePolicy,
       leases: { committed, allowance },

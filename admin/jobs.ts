@@ -1,7 +1,7 @@
 import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import { EventLog } from '../bus/events.js';
-import type { PolicyStore } from '../bus/policy-store.js';
+import type { AuditWriter } from '../bus/policy-store.js';
 
 type Client = Redis | Cluster;
 
@@ -85,7 +85,7 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
  * J2, retention: limit events older than 30 days and audit entries older than 13 months are deleted;
  * a run that deleted anything is itself audited. Idempotent: trimming by age twice deletes nothing more.
  */
-export async function retention(redis: Client, store: PolicyStore, prefix: string, now: number): Promise<RetentionResult> {
+export async function retention(redis: Client, store: AuditWriter, prefix: string, now: number): Promise<RetentionResult> {
   const eventsDeleted = await new EventLog(redis, prefix).trimBefore(now - EVENTS_RETENTION_MS);
   const auditDeleted = Number(await redis.call('XTRIM', `${prefix}:{pol}:audit`, 'MINID', String(Math.max(0, now - AUDIT_RETENTION_MS))));
   if (eventsDeleted + auditDeleted > 0) await store.audit('retention-job', 'retention', 'events, audit', 'scheduled retention (30 days, 13 months)', `${eventsDeleted} events, ${auditDeleted} audit entries deleted`);
@@ -109,7 +109,7 @@ export function maintenanceQueue(connection: ConnectionOptions, prefix: string):
  * The worker behind `npm run worker`: runs reaps and retention, on demand and on a schedule (reap
  * every minute, retention every hour). Several workers may run: each job is idempotent.
  */
-export async function startWorker(o: { connection: ConnectionOptions; redis: Client; store: PolicyStore; prefix: string; shards: number; now?: () => number }): Promise<{ worker: Worker; queue: Queue }> {
+export async function startWorker(o: { connection: ConnectionOptions; redis: Client; store: AuditWriter; prefix: string; shards: number; now?: () => number }): Promise<{ worker: Worker; queue: Queue }> {
   const now = o.now ?? Date.now;
   const queue = maintenanceQueue(o.connection, o.prefix);
   await queue.upsertJobScheduler('reap-every-minute', { every: 60_000 }, { name: 'reap' });

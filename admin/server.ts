@@ -1,5 +1,6 @@
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
+import { StoreSigner } from '../bus/store-signature.js';
 import { connect } from '../bus/redis-connection.js';
 import { EventLog } from '../bus/events.js';
 import { createAdminApp } from './app.js';
@@ -8,8 +9,9 @@ import { maintenanceQueue } from './jobs.js';
 /**
  * `npm run admin`: the admin API on its own port. Environment: REDIS_URL (required), ADMIN_PORT (3001),
  * ADMIN_TOKEN and BREAK_GLASS_TOKEN (required, at least 16 characters, different), KEY_HASH_SECRET
- * (required: the gateways' secret, so raw keys given here hash to their key ids), REDIS_PREFIX (frl),
- * LOG_LEVEL (info). It refuses to start without them.
+ * (required: the gateways' secret, so raw keys given here hash to their key ids), POLICY_SECRET (the
+ * gateways' `policySecret`; BUS_SECRET when they use that), REDIS_PREFIX (frl), LOG_LEVEL (info). It
+ * refuses to start without them.
  */
 const env = process.env;
 const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) } : { url: env.REDIS_URL ?? '' };
@@ -19,6 +21,8 @@ if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) problems.push('REDIS_URL (or RED
 for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] as const) {
   if (!env[name] || env[name]!.length < 16) problems.push(`${name} must be set, at least 16 characters`);
 }
+const policySecret = env.POLICY_SECRET || env.BUS_SECRET;
+if (!policySecret || policySecret.length < 16) problems.push('POLICY_SECRET (or BUS_SECRET, the gateways\' secret the policy is signed under) must be set, at least 16 characters');
 if (env.ADMIN_TOKEN && env.ADMIN_TOKEN === env.BREAK_GLASS_TOKEN) problems.push('BREAK_GLASS_TOKEN must differ from ADMIN_TOKEN');
 const port = Number(env.ADMIN_PORT ?? 3001);
 if (!Number.isInteger(port) || port < 0 || port > 65535) problems.push(`ADMIN_PORT must be a port number, got "${env.ADMIN_PORT}"`);
@@ -29,7 +33,7 @@ if (problems.length) {
 
 const redis = connect(where, { commandTimeout: 2000 });
 redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
-const store = new PolicyStore(redis, env.REDIS_PREFIX);
+const store = new PolicyStore(redis, new StoreSigner([{ version: 'p1', secret: policySecret! }]), env.REDIS_PREFIX);
 // BullMQ wants its own connection, with maxRetriesPerRequest: null.
 const queue = maintenanceQueue(connect(where, { maxRetriesPerRequest: null }), env.REDIS_PREFIX ?? 'frl');
 const app = createAdminApp({

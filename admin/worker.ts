@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { PolicyStore } from '../bus/policy-store.js';
+import { appendAudit } from '../bus/policy-store.js';
 import { connect } from '../bus/redis-connection.js';
 import { startWorker } from './jobs.js';
 
@@ -20,7 +20,7 @@ const prefix = env.REDIS_PREFIX ?? 'frl';
 // BullMQ's blocking connection needs maxRetriesPerRequest: null.
 const connection = connect(where, { maxRetriesPerRequest: null });
 const redis = connect(where, { commandTimeout: 10_000 });
-const { worker, queue } = await startWorker({ connection, redis, store: new PolicyStore(redis, prefix), prefix, shards });
+const { worker, queue } = await startWorker({ connection, redis, store: { audit: (...entry) => appendAudit(redis, prefix, ...entry) }, prefix, shards });
 worker.on('completed', (job, result) => logger.info({ job: job.name, id: job.id, result }, 'job done'));
 worker.on('failed', (job, err) => logger.error({ job: job?.name, id: job?.id, err }, 'job failed'));
 logger.info({ prefix, shards }, 'maintenance worker running');

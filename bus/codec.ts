@@ -191,6 +191,27 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
 };
 
 /**
+ * HMAC keys of a versioned secret (the bus's, or the policy store's, named `path` in errors), and the
+ * version to write under: `current`, else the last one. Throws a `ConfigError` naming every bad field.
+ */
+export function secretKeys(versions: readonly BusSecretVersion[], current: string | undefined, path: string): { keys: ReadonlyMap<string, KeyObject>; current: string } {
+  const problems: Array<{ path: string; message: string }> = [];
+  const keys = new Map<string, KeyObject>();
+  versions.forEach((v, i) => {
+    const bytes = typeof v.secret === 'string' ? Buffer.from(v.secret, 'utf8') : v.secret;
+    if (!/^[A-Za-z0-9_-]{1,32}$/.test(v.version)) problems.push({ path: `${path}.versions[${i}].version`, message: 'must be 1-32 of A-Z a-z 0-9 _ -' });
+    else if (keys.has(v.version)) problems.push({ path: `${path}.versions[${i}].version`, message: `duplicate version "${v.version}"` });
+    if (bytes.length < 16) problems.push({ path: `${path}.versions[${i}].secret`, message: 'must be at least 16 bytes' });
+    keys.set(v.version, createSecretKey(bytes));
+  });
+  const chosen = current ?? versions[versions.length - 1]?.version ?? '';
+  if (versions.length === 0) problems.push({ path: `${path}.versions`, message: 'must hold at least one version' });
+  else if (!keys.has(chosen)) problems.push({ path: `${path}.current`, message: `names no version: "${chosen}"` });
+  if (problems.length) throw new ConfigError(problems, `invalid ${path === 'busSecret' ? 'bus' : 'policy'} secret`);
+  return { keys, current: chosen };
+}
+
+/**
  * Seals and opens envelopes with the bus secret. Writes under the current version; accepts any
  * retained version, so the secret can be rotated one node at a time.
  */
@@ -199,20 +220,7 @@ export class EnvelopeCodec {
   readonly current: string;
 
   constructor(versions: readonly BusSecretVersion[], current?: string) {
-    const problems: Array<{ path: string; message: string }> = [];
-    const keys = new Map<string, KeyObject>();
-    versions.forEach((v, i) => {
-      const bytes = typeof v.secret === 'string' ? Buffer.from(v.secret, 'utf8') : v.secret;
-      if (!/^[A-Za-z0-9_-]{1,32}$/.test(v.version)) problems.push({ path: `busSecret.versions[${i}].version`, message: 'must be 1-32 of A-Z a-z 0-9 _ -' });
-      else if (keys.has(v.version)) problems.push({ path: `busSecret.versions[${i}].version`, message: `duplicate version "${v.version}"` });
-      if (bytes.length < 16) problems.push({ path: `busSecret.versions[${i}].secret`, message: 'must be at least 16 bytes' });
-      keys.set(v.version, createSecretKey(bytes));
-    });
-    this.current = current ?? versions[versions.length - 1]?.version ?? '';
-    if (versions.length === 0) problems.push({ path: 'busSecret.versions', message: 'must hold at least one version' });
-    else if (!keys.has(this.current)) problems.push({ path: 'busSecret.current', message: `names no version: "${this.current}"` });
-    if (problems.length) throw new ConfigError(problems, 'invalid bus secret');
-    this.keys = keys;
+    ({ keys: this.keys, current: this.current } = secretKeys(versions, current, 'busSecret'));
   }
 
   /** Encodes and signs a body. */

@@ -1,14 +1,21 @@
 import type { Logger } from 'pino';
-import type { CompiledPolicy } from '../lib/policy.js';
+import { compilePolicy, type CompiledPolicy } from '../lib/policy.js';
 import { PolicyStore } from './policy-store.js';
 import { connect, type RedisConnectionOptions } from './redis-connection.js';
+import { StoreRecordError, type SignedKind, type StoreRejectReason, type StoreSigner } from './store-signature.js';
+
+/** A stored policy version as a node holds it: its number and when the admin API stored it. */
+export interface StoredVersion {
+  readonly version: number;
+  readonly at: number;
+}
 
 /** What a node does with what the feed brings. */
 export interface PolicyFeedTarget {
-  /** The version in force on this node. */
-  version(): number;
-  /** Applies a newer compiled policy. */
-  apply(policy: CompiledPolicy): void;
+  /** The stored version in force on this node; undefined while it runs the policy it started with. */
+  inForce(): StoredVersion | undefined;
+  /** Applies a stored policy that replaces the one in force. */
+  apply(policy: CompiledPolicy, stored: StoredVersion): void;
   /** Turns enforcement on or off (the kill switch). */
   enforce(on: boolean): void;
 }
@@ -16,8 +23,11 @@ export interface PolicyFeedTarget {
 /**
  * A node's view of the live policy (P4): it loads the stored policy and the kill switch at start and
  * again whenever the store announces a change (and every `pollMs`, in case an announcement was missed
- * while disconnected). A policy that does not compile, or Redis out of reach, leaves the last good
- * one in force; every such failure is logged.
+ * while disconnected). A stored version replaces the one in force if it is higher, or — when Redis
+ * lost the store and the policy was applied again from version 1 — if it was stored later. A record
+ * not signed under the policy secret, an older signed one written back (a replay), a policy that does
+ * not compile, or Redis out of reach leaves the last good policy and switch in force; every such
+ * failure is counted and logged.
  */
 export class PolicyFeed {
   private readonly redis;
@@ -25,11 +35,18 @@ export class PolicyFeed {
   private readonly store: PolicyStore;
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  /** When the switch in force was set (a signed switch set earlier is a replay). */
+  private switchAt = 0;
+  /** The last refusal of each kind, so a record left in the store is counted once. */
+  private readonly refused = new Map<SignedKind, string>();
   /** Loads that failed (Redis out of reach, or a stored policy that did not compile). */
   failures = 0;
+  /** Stored records refused, by reason. */
+  readonly rejected: Record<StoreRejectReason, number> = { unsigned: 0, secret: 0, mac: 0, malformed: 0, replay: 0 };
 
   constructor(
     opts: RedisConnectionOptions,
+    signer: StoreSigner,
     private readonly target: PolicyFeedTarget,
     private readonly logger?: Logger,
     pollMs = 5000,
@@ -37,7 +54,7 @@ export class PolicyFeed {
     this.redis = connect(opts, { commandTimeout: 2000 });
     this.sub = connect(opts, {});
     for (const c of [this.redis, this.sub]) c.on('error', () => undefined); // reported through load() failures
-    this.store = new PolicyStore(this.redis, opts.prefix);
+    this.store = new PolicyStore(this.redis, signer, opts.prefix);
     this.sub.on('message', () => void this.load());
     void this.sub.subscribe(this.store.channel).catch(() => undefined);
     this.timer = setInterval(() => void this.load(), pollMs);
@@ -51,7 +68,7 @@ export class PolicyFeed {
     try {
       await this.loadBoth();
     } catch (err) {
-      this.fail(err, 'live policy not applied; the last good policy stays in force');
+      this.fail('policy', err, 'live policy not applied; the last good policy stays in force');
     }
   }
 
@@ -60,19 +77,51 @@ export class PolicyFeed {
     // kill switch from working.
     await Promise.all([
       this.store.switchState().then(
-        (sw) => this.target.enforce(sw.enforce),
-        (err: unknown) => this.fail(err, 'kill switch not read; enforcement stays as it was'),
-      ),
-      this.store.compiled().then(
-        (policy) => {
-          if (policy !== undefined && policy.version > this.target.version()) this.target.apply(policy);
+        (sw) => {
+          if (sw.at < this.switchAt) {
+            const what = sw.at === 0 ? 'no longer stored' : `set at ${sw.at}, before the one in force (${this.switchAt})`;
+            return this.refuse('switch', new StoreRecordError('replay', `switch: ${what}; the last signed one stays in force`));
+          }
+          this.switchAt = sw.at;
+          this.refused.delete('switch');
+          this.target.enforce(sw.enforce);
         },
-        (err: unknown) => this.fail(err, 'live policy not loaded; the last good policy stays in force'),
+        (err: unknown) => this.fail('switch', err, 'kill switch not read; enforcement stays as it was'),
+      ),
+      this.store.current().then(
+        (stored) => {
+          const now = this.target.inForce();
+          if (stored === undefined) return;
+          const same = now !== undefined && stored.version === now.version && stored.at === now.at;
+          if (!same && now !== undefined && stored.version <= now.version && stored.at <= now.at) {
+            return this.refuse('policy', new StoreRecordError('replay', `policy: version ${stored.version} stored at ${stored.at} is not newer than version ${now.version} in force`));
+          }
+          this.refused.delete('policy');
+          if (same) return;
+          if (now !== undefined && stored.version <= now.version) this.logger?.warn({ version: stored.version, inForce: now.version }, 'policy store was reset: taking the lower version stored later');
+          let compiled: CompiledPolicy;
+          try {
+            compiled = compilePolicy(stored.policy);
+          } catch (err) {
+            return this.fail('policy', err, 'live policy not loaded; the last good policy stays in force');
+          }
+          this.target.apply(compiled, { version: stored.version, at: stored.at });
+        },
+        (err: unknown) => this.fail('policy', err, 'live policy not loaded; the last good policy stays in force'),
       ),
     ]);
   }
 
-  private fail(err: unknown, msg: string): void {
+  /** Counts and logs a refused record once, not at every poll while it stays in the store. */
+  private refuse(kind: SignedKind, err: StoreRecordError): void {
+    if (this.refused.get(kind) === err.message) return;
+    this.refused.set(kind, err.message);
+    this.rejected[err.reason]++;
+    this.logger?.warn({ reason: err.reason, err: err.message }, 'stored record refused; the last good one stays in force');
+  }
+
+  private fail(kind: SignedKind, err: unknown, msg: string): void {
+    if (err instanceof StoreRecordError) return this.refuse(kind, err);
     this.failures++;
     this.logger?.warn({ err }, msg);
   }

@@ -20,6 +20,11 @@ export interface RedisConnectionOptions {
   prefix?: string;
   /** Versioned secret that authenticates every bus entry (HMAC); the same on every node. */
   busSecret: { versions: BusSecretVersion[]; current?: string };
+  /**
+   * Versioned secret under which the admin API signs the stored policy and kill switch; a node applies
+   * only records that verify. @default busSecret (give the admin API the same)
+   */
+  policySecret?: { versions: BusSecretVersion[]; current?: string };
   /** How often an owner checkpoints a shard it owns, so the log behind it can be trimmed. @default 1000 */
   snapshotMs?: number;
   /** Cap on a shard stream's length, a safety net behind trimming by age. @default 100000 */

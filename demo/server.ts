@@ -8,7 +8,8 @@ import { createDemoApp } from './app.js';
 /**
  * `npm start`: the demo gateway. Without REDIS_URL, a fleet of one in memory. With REDIS_URL (or
  * REDIS_CLUSTER_NODES), one node of a fleet sharing every allowance over Redis; then KEY_HASH_SECRET
- * and BUS_SECRET must be set, the same on every node. Environment: PORT (3000), NODE_ID
+ * and BUS_SECRET must be set, the same on every node, and POLICY_SECRET as the admin API's (BUS_SECRET
+ * if unset: the stored policy and kill switch must be signed under it). Environment: PORT (3000), NODE_ID
  * (hostname-pid), POLICY_FILE (demo/policy.json), REDIS_PREFIX (frl), DEGRADED_AFTER_MS (30000),
  * LOG_LEVEL (info), and for the fast path's direct channel FAST_PATH_HOST (127.0.0.1), FAST_PATH_PORT
  * (0: any free port), FAST_PATH_ADVERTISE (the host others dial), or FAST_PATH=off for Redis pub/sub
@@ -34,6 +35,7 @@ const redis: RedisConnectionOptions | undefined = shared
       ...(clusterNodes ? { clusterNodes } : { url: env.REDIS_URL as string }),
       ...(env.REDIS_PREFIX ? { prefix: env.REDIS_PREFIX } : {}),
       busSecret: { versions: [{ version: 'b1', secret: env.BUS_SECRET as string }] },
+      policySecret: { versions: [{ version: 'p1', secret: (env.POLICY_SECRET || env.BUS_SECRET) as string }] },
       fastPath:
         env.FAST_PATH === 'off'
           ? false

@@ -13,6 +13,8 @@ export interface MetricSources {
   readonly bus: Bus;
   /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
   readonly events?: { readonly dropped: number };
+  /** Stored policy and kill-switch records this node refused, by reason (with Redis). */
+  readonly policyRejections?: () => Readonly<Record<string, number>> | undefined;
 }
 
 /** Bus counters some transports keep (the Redis bus does); read if present. */
@@ -76,6 +78,16 @@ export class LimiterMetrics {
         const bus = (src.bus as unknown as BusStats).stats;
         for (const [reason, n] of Object.entries(bus?.rejected ?? {})) this.inc({ reason }, n);
         this.inc({ reason: 'stale_owner' }, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch);
+      },
+    });
+    new Counter({
+      name: 'fleet_ratelimit_policy_rejections_total',
+      help: 'Stored policy and kill-switch records refused (the last good ones stay in force): unsigned, secret (unknown version), mac (forged), malformed, replay (older than the one in force).',
+      labelNames: ['reason'],
+      registers: [r],
+      collect() {
+        this.reset();
+        for (const [reason, n] of Object.entries(src.policyRejections?.() ?? {})) this.inc({ reason }, n);
       },
     });
     new Counter({

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
-import { EnvelopeCodec } from '../bus/codec.js';
+import { secretKeys } from '../bus/codec.js';
 import type { RedisConnectionOptions } from '../bus/redis-connection.js';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
@@ -95,17 +95,20 @@ export interface Config {
   readonly clock: Clock;
 }
 
+/** A versioned secret: the key hash's, the bus's, the policy store's. */
+const secretSchema = Joi.object({
+  versions: Joi.array()
+    .items(Joi.object({ version: Joi.string().required(), secret: Joi.alternatives(Joi.string(), Joi.binary()).required() }))
+    .min(1)
+    .required(),
+  current: Joi.string(),
+});
+
 const schema = Joi.object({
   policy: Joi.object().required(),
   identify: Joi.func().required(),
   routeClass: Joi.alternatives(Joi.string().pattern(/^[A-Za-z0-9_.-]{1,64}$/), Joi.func()).default('default'),
-  keyHash: Joi.object({
-    versions: Joi.array()
-      .items(Joi.object({ version: Joi.string().required(), secret: Joi.alternatives(Joi.string(), Joi.binary()).required() }))
-      .min(1)
-      .required(),
-    current: Joi.string(),
-  }),
+  keyHash: secretSchema,
   nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/).default(() => `${hostname()}-${process.pid}`),
   bus: Joi.object(),
   redis: Joi.object({
@@ -115,13 +118,8 @@ const schema = Joi.object({
     password: Joi.string(),
     tls: Joi.alternatives(Joi.boolean(), Joi.object()),
     prefix: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,64}$/),
-    busSecret: Joi.object({
-      versions: Joi.array()
-        .items(Joi.object({ version: Joi.string().required(), secret: Joi.alternatives(Joi.string(), Joi.binary()).required() }))
-        .min(1)
-        .required(),
-      current: Joi.string(),
-    }).required(),
+    busSecret: secretSchema.required(),
+    policySecret: secretSchema,
     snapshotMs: Joi.number().integer().min(100).max(60_000),
     maxStreamLength: Joi.number().integer().min(1000),
     fastPath: Joi.object({
@@ -165,10 +163,12 @@ export function parseOptions(options: unknown): Config {
   if ((value?.bus !== undefined || value?.redis !== undefined) && value?.keyHash === undefined) {
     problems.push({ path: 'keyHash', message: 'is required with a shared bus: every node must derive the same key ids' });
   }
-  const busSecret = (options as { redis?: { busSecret?: { versions?: unknown; current?: string } } } | undefined)?.redis?.busSecret;
-  if (Array.isArray(busSecret?.versions) && !error?.details.some((d) => d.path[0] === 'redis')) {
+  const redis = (options as { redis?: Record<'busSecret' | 'policySecret', { versions?: unknown; current?: string } | undefined> } | undefined)?.redis;
+  for (const name of ['busSecret', 'policySecret'] as const) {
+    const secret = redis?.[name];
+    if (!Array.isArray(secret?.versions) || error?.details.some((d) => d.path[0] === 'redis')) continue;
     try {
-      new EnvelopeCodec(busSecret.versions as [], busSecret.current);
+      secretKeys(secret.versions as [], secret.current, name);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       problems.push(...err.problems.map((p) => ({ path: `redis.${p.path}`, message: p.message })));

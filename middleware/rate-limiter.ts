@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
-import { PolicyFeed } from '../bus/policy-feed.js';
+import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
+import { StoreSigner } from '../bus/store-signature.js';
 import { EventLog } from '../bus/events.js';
 import { connect } from '../bus/redis-connection.js';
 import { RedisBus } from '../bus/redis.js';
@@ -110,7 +111,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
   const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
   flushTimer?.unref();
-  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, ...(events ? { events } : {}) });
+  // With Redis, the live policy's feed (set up at the end).
+  let feed: PolicyFeed | undefined;
+  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -279,7 +282,6 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   }
 
   const middleware = handler as RateLimiterMiddleware;
-  let feed: PolicyFeed | undefined;
   let closing: Promise<void> | undefined;
   Object.assign(middleware, {
     node,
@@ -315,15 +317,17 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   // With Redis, the live policy and the kill switch come from the store (P4).
   if (cfg.redis !== undefined) {
     // The stored policy wins over the one this node started with (that is only the bootstrap), then
-    // only a higher stored version replaces it.
-    let storedVersion = Number.NEGATIVE_INFINITY;
+    // only a newer stored version replaces it.
+    let stored: StoredVersion | undefined;
+    const secret = cfg.redis.policySecret ?? cfg.redis.busSecret;
     feed = new PolicyFeed(
       cfg.redis,
+      new StoreSigner(secret.versions, secret.current),
       {
-        version: () => storedVersion,
-        apply: (p) => {
+        inForce: () => stored,
+        apply: (p, version) => {
           policy = p;
-          storedVersion = p.version;
+          stored = version;
           logger.info({ version: p.version }, 'live policy applied');
         },
         enforce: (on) => {

@@ -63,7 +63,7 @@ const POLL_MS = 50;
 const STOP_GRACE_MS = 3000;
 const MAX_OUTPUT = 256 * 1024;
 /** Secrets that must be equal on every node: taken from opts.env or process.env, else generated once per fleet. */
-const SHARED_SECRETS = ['KEY_HASH_SECRET', 'BUS_SECRET'] as const;
+const SHARED_SECRETS = ['KEY_HASH_SECRET', 'BUS_SECRET', 'POLICY_SECRET'] as const;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

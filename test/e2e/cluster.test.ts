@@ -7,6 +7,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { PolicyStore } from '../../bus/policy-store.js';
+import { StoreSigner } from '../../bus/store-signature.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import type { PolicyDoc } from '../../lib/policy.js';
 import { shardOf } from '../../lib/protocol/messages.js';
@@ -163,7 +164,7 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
   it('a policy change through the admin API reaches every running node process without a restart', async () => {
     const file = JSON.parse(readFileSync(policyPath, 'utf8')) as { demoKeys: Record<string, { plan: string }>; policy: PolicyDoc };
     const keys = Object.fromEntries(Object.entries(file.demoKeys).map(([k, v]) => [hasher.hash(k), { plan: v.plan }]));
-    const admin = createAdminApp({ store: new PolicyStore(raw), redis: raw, adminToken: 'admin-token-0123456789', breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions: [{ version: 'v1', secret: KEY_HASH_SECRET }] } });
+    const admin = createAdminApp({ store: new PolicyStore(raw, new StoreSigner([{ version: 'p1', secret: fleet.env.POLICY_SECRET! }])), redis: raw, adminToken: 'admin-token-0123456789', breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions: [{ version: 'v1', secret: KEY_HASH_SECRET }] } });
     const auth = { Authorization: 'Bearer admin-token-0123456789' };
     await request(admin).put('/admin/v1/policy').set(auth).send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' }).expect(200);
     // policy-probe moves from 1000 per hour to the free plan (10 per second).

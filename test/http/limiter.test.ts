@@ -84,10 +84,15 @@ describe('rateLimiter middleware', () => {
       expect((err as ConfigError).message).to.match(/bus.*redis|redis.*bus/);
     }
     try {
-      rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, redis: { busSecret: { versions: [{ version: 'b1', secret: 'short' }] } } });
+      rateLimiter({
+        policy: demoPolicy(),
+        identify: () => undefined,
+        keyHash: TEST_KEY_HASH,
+        redis: { busSecret: { versions: [{ version: 'b1', secret: 'short' }] }, policySecret: { versions: [{ version: 'p1', secret: 'sixteen-bytes-or-more' }], current: 'p2' } },
+      });
       expect.fail('should throw');
     } catch (err) {
-      expect((err as ConfigError).problems.map((p) => p.path)).to.deep.equal(['redis.busSecret.versions[0].secret']);
+      expect((err as ConfigError).problems.map((p) => p.path)).to.deep.equal(['redis.busSecret.versions[0].secret', 'redis.policySecret.current']);
     }
     try {
       const fastPath = { host: 'not a host', port: 70_000, advertise: 'gw 1' };

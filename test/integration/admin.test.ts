@@ -9,7 +9,7 @@ import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
-import { redisLimiter, until } from '../support/redis-members.js';
+import { POLICY_SIGNER, redisLimiter, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
 const GLASS = 'break-glass-token-0123456789';
@@ -31,7 +31,7 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
   });
   beforeEach(() => {
     prefix = `adm${++n}`;
-    store = new PolicyStore(raw, prefix);
+    store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     app = createAdminApp({ store, redis: raw, prefix, adminToken: ADMIN, breakGlassToken: GLASS, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
   });
   afterEach(async () => {
@@ -145,9 +145,11 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     // A document that does not compile is refused by the API, so the node never sees it.
     expect((await putPolicy({ ...demoPolicy(), anonymousPlan: 'missing' })).status).to.equal(400);
     expect(limiter.policy().version).to.equal(2);
-    // Even one written into Redis behind the API's back: the node keeps its last good policy.
-    const bad = { version: 3, policy: { ...demoPolicy(), version: 3, defaultPlan: 'missing' }, at: Date.now(), by: 'intruder', reason: 'x' };
-    await raw.hset(`${prefix}:{pol}:current`, 'version', '3', 'json', JSON.stringify(bad));
+    // Even one signed under the policy secret but written behind the API's back: the node keeps its
+    // last good policy (unsigned ones: test/integration/signed-store.test.ts).
+    const bad = JSON.stringify({ version: 3, policy: { ...demoPolicy(), version: 3, defaultPlan: 'missing' }, at: Date.now(), by: 'intruder', reason: 'x' });
+    const sig = POLICY_SIGNER.sign('policy', bad);
+    await raw.hset(`${prefix}:{pol}:current`, 'version', '3', 'json', bad, 'kid', sig.kid, 'mac', sig.mac);
     await raw.publish(`${prefix}:policy`, '3');
     await until(() => logs.text().includes('live policy not loaded'), 'the refusal to be logged', 3000);
     expect(limiter.policy().version).to.equal(2);

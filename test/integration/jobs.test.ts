@@ -10,7 +10,7 @@ import { KeyHasher } from '../../lib/key-id.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
-import { redisLimiter, SHARDS, until } from '../support/redis-members.js';
+import { POLICY_SIGNER, redisLimiter, SHARDS, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
 const hasher = new KeyHasher(TEST_KEY_HASH.versions);
@@ -70,7 +70,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
 
   it('retention deletes only what is past its age (events 30 days, audit 13 months), audits the run, and is safe to run twice', async () => {
     const now = Date.now();
-    const store = new PolicyStore(raw, prefix);
+    const store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     const events = `${prefix}:{ev}:events`;
     const audit = `${prefix}:{pol}:audit`;
     await raw.xadd(events, `${now - EVENTS_RETENTION_MS - DAY}-0`, 'keyId', 'v1:old');
@@ -106,7 +106,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   });
 
   it('subject access and erasure by raw key: exactly the subject’s events, under every retained hash-key version, audited', async () => {
-    const store = new PolicyStore(raw, prefix);
+    const store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     const log = new EventLog(raw, prefix);
     const versions = [{ version: 'v1', secret: 'old-secret-0123456789' }, { version: 'v2', secret: 'new-secret-0123456789' }];
     const rotated = new KeyHasher(versions, 'v2');
@@ -135,7 +135,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   });
 
   it('runs a reap on demand through the admin API and the BullMQ worker: 202 with an id, then the job’s state and result', async () => {
-    const store = new PolicyStore(raw, prefix);
+    const store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
     const { worker, queue } = await startWorker({ connection, redis: raw, store, prefix, shards: SHARDS });
     cleanup.push(async () => {

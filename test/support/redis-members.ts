@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { joinFleet } from '../../bus/member.js';
 import type { RedisConnectionOptions } from '../../bus/redis-connection.js';
 import { RedisBus } from '../../bus/redis.js';
+import { StoreSigner } from '../../bus/store-signature.js';
 import { systemClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
@@ -16,6 +17,8 @@ import { demoPolicy, TEST_KEY_HASH } from './fixtures.js';
 import { captureLogger } from './logs.js';
 
 export const BUS_SECRET = { versions: [{ version: 'b1', secret: 'integration-bus-secret' }] };
+/** What the admin side signs the policy store with: the bus secret, as the limiters' default `policySecret`. */
+export const POLICY_SIGNER = new StoreSigner(BUS_SECRET.versions);
 export const SHARDS = 8;
 export const ROUND_MS = 25;
 

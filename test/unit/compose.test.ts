@@ -27,8 +27,8 @@ const compose = parse(read('docker-compose.yml'), { merge: true }) as { services
 
 /** The program a service runs, and the variables it cannot start without. */
 const PROGRAMS: Record<string, { entry: string; required: string[] }> = {
-  'dist/demo/server.js': { entry: 'demo/server.ts', required: ['REDIS_URL', 'KEY_HASH_SECRET', 'BUS_SECRET'] },
-  'dist/admin/server.js': { entry: 'admin/server.ts', required: ['REDIS_URL', 'ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] },
+  'dist/demo/server.js': { entry: 'demo/server.ts', required: ['REDIS_URL', 'KEY_HASH_SECRET', 'BUS_SECRET', 'POLICY_SECRET'] },
+  'dist/admin/server.js': { entry: 'admin/server.ts', required: ['REDIS_URL', 'ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET', 'POLICY_SECRET'] },
   'dist/admin/worker.js': { entry: 'admin/worker.ts', required: ['REDIS_URL'] },
 };
 
@@ -78,7 +78,7 @@ describe('docker-compose.yml and the image (K2)', () => {
       .filter((l) => /^[A-Z]/.test(l))
       .map((l) => l.split('=')[0]!);
     expect([...interpolated].sort()).to.deep.equal([...example].sort());
-    expect([...interpolated].sort()).to.deep.equal(['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'BUS_SECRET', 'GRAFANA_ADMIN_PASSWORD', 'KEY_HASH_SECRET']);
+    expect([...interpolated].sort()).to.deep.equal(['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'BUS_SECRET', 'GRAFANA_ADMIN_PASSWORD', 'KEY_HASH_SECRET', 'POLICY_SECRET']);
     // No secret is written into the compose file itself.
     for (const svc of Object.values(compose.services)) {
       for (const [k, v] of Object.entries(svc.environment ?? {})) if (/SECRET|TOKEN|PASSWORD/.test(k)) expect(v, k).to.match(/^\$\{/);
