@@ -41,10 +41,14 @@ export class EnvelopeError extends Error {
 export interface Bodies {
   /** A node's round batch for one shard (shard stream, read by the owner's consumer group). */
   reports: ReportBatch;
-  /** Grants an owner issued, logged to the shard's log stream for a later owner's replay. */
-  grants: { shard: number; grants: Grant[] };
+  /**
+   * Grants an owner issued, logged to the shard's log stream for a later owner's replay. `epoch`: the
+   * writer's owner epoch, the signed copy of the entry's plain `epoch` field that fences the log
+   * (`lua/snapshot.lua`); absent from an older release's entries.
+   */
+  grants: { shard: number; grants: Grant[]; epoch?: number };
   /** An owner's checkpoint of a shard: its ledgers as grants and reports, replayed like the log. */
-  snapshot: { shard: number; entries: LogEntry[] };
+  snapshot: { shard: number; entries: LogEntry[]; epoch?: number };
   /** A fast-path request to a shard owner. */
   ask: { id: number; nodeId: string; nodeEpoch: string; requests: CreditRequest[] };
   /** Owner messages to one node; `re` names the ask they answer, 0 for none. */
@@ -93,6 +97,7 @@ const uint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeIn
 const int: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : bad(p, 'must be an integer'));
 const posint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : bad(p, 'must be a positive integer'));
 const num: Reader<number> = (v, p) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : bad(p, 'must be a non-negative number'));
+const optional = <T>(r: Reader<T>): Reader<T | undefined> => (v, p) => (v === undefined ? undefined : r(v, p));
 const bool: Reader<boolean> = (v, p) => (v === 0 || v === 1 ? v === 1 : bad(p, 'must be 0 or 1'));
 
 /** A record's fields in wire order; the encoder writes them as an array, the decoder reads them back. */
@@ -123,7 +128,10 @@ function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
     if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(p, 'must be an object');
     const out: Record<string, unknown> = {};
     // Keys not listed are a newer release's: ignored.
-    for (const k of Object.keys(fields)) out[k] = (fields as Record<string, Reader<unknown>>)[k]!((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
+    for (const k of Object.keys(fields)) {
+      const x = (fields as Record<string, Reader<unknown>>)[k]!((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
+      if (x !== undefined) out[k] = x; // an optional field left out stays out
+    }
     return out as T;
   };
 }
@@ -170,8 +178,8 @@ const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.no
 
 const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: decodeBatch,
-  grants: object({ shard: uint, grants: list(decodeGrant) }),
-  snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000) }),
+  grants: object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) }),
+  snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint) }),
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
@@ -181,8 +189,8 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
-  grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant) }),
-  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])) }),
+  grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
+  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),

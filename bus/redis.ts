@@ -769,7 +769,7 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list }), false, list[0]!.ownerEpoch, conn)!;
+      const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), false, list[0]!.ownerEpoch, conn)!;
       writes.push(
         write.then((written) => {
           const ok = written && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil;
@@ -820,7 +820,7 @@ export class RedisBus implements Bus {
   private async writeSnapshot(shard: number): Promise<void> {
     const o = this.owned.get(shard);
     if (o === undefined || !this.serving(shard)) return;
-    const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard) }));
+    const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard), epoch: o.epoch }));
     const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
       this.key(shard, 'log'),
       this.key(shard, 'reports'),
@@ -830,6 +830,38 @@ export class RedisBus implements Bus {
       ...fields,
     );
     if (id) this.stats.snapshots++;
+    else if (await this.clearForgedFences(shard, o.epoch)) o.dirty = true;
+  }
+
+  /**
+   * The snapshot script found a higher epoch in the log: a successor's, or an entry written by someone
+   * without the bus secret (whose plain `epoch` would stop checkpoints and trimming for good). Entries
+   * whose envelope does not verify or signs another epoch are deleted and counted; returns whether any
+   * was, so the checkpoint is tried again. A real successor's entry stays, and this owner stands down.
+   */
+  private async clearForgedFences(shard: number, mine: number): Promise<boolean> {
+    const entries = (await this.redis.call('XREVRANGE', this.key(shard, 'log'), '+', '-', 'COUNT', '256')) as StreamEntries;
+    const forged: string[] = [];
+    for (const [id, flat] of entries) {
+      const fields = EnvelopeCodec.fromStream(flat);
+      const plain = Number(fields.epoch);
+      if (!(plain > mine)) continue;
+      let reason: RejectReason | undefined;
+      try {
+        const env = this.codec.open(fields);
+        const signed = env.t === 'grants' || env.t === 'snapshot' ? (env.body.epoch ?? (env.t === 'grants' ? env.body.grants[0]?.ownerEpoch : undefined)) : undefined;
+        if (signed !== plain) reason = 'malformed';
+      } catch (err) {
+        reason = err instanceof EnvelopeError ? err.reason : 'malformed';
+      }
+      if (reason === undefined) return false;
+      this.stats.rejected[reason]++;
+      forged.push(id);
+    }
+    if (forged.length === 0) return false;
+    await this.redis.call('XDEL', this.key(shard, 'log'), ...forged);
+    this.warn(new Error(`${forged.length} log entries with an epoch their envelope does not sign`), 'forged log entries deleted', { shard, ids: forged });
+    return true;
   }
 
   /**

@@ -5,14 +5,20 @@
 -- ARGV[3] id time (ms) of the last report entry the writer has read, 0 for none
 -- ARGV[4..] the snapshot entry's fields (field, value, ...)
 --
--- Every entry an owner writes to the log carries its owner epoch in field `epoch`. A writer that
--- finds a higher epoch among the newest entries has been deposed: it writes and trims nothing, so a
--- stale owner can never delete what its successor wrote. Returns the snapshot's id, or false.
+-- Every entry an owner writes to the log carries its owner epoch in field `epoch` (and a signed copy
+-- inside its envelope). A writer that finds a higher epoch among the newest entries may have been
+-- deposed: it writes and trims nothing, so a stale owner can never delete what its successor wrote.
+-- The script cannot check a MAC: the writer does (`RedisBus.clearForgedFences`), and deletes entries
+-- whose signed epoch is not their plain one. An epoch that is not a number fences nothing.
+-- Returns the snapshot's id, or false.
 local mine = tonumber(ARGV[1])
 for _, e in ipairs(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 256)) do
   local f = e[2]
   for i = 1, #f, 2 do
-    if f[i] == 'epoch' and tonumber(f[i + 1]) > mine then return false end
+    if f[i] == 'epoch' then
+      local epoch = tonumber(f[i + 1])
+      if epoch ~= nil and epoch > mine then return false end
+    end
   end
 end
 local fields = {}

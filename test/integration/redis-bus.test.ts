@@ -270,6 +270,28 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     expect([...total].filter(([, n]) => n > 100), 'keys over their allowance').to.deep.equal([]);
   });
 
+  it('log entries whose epoch no owner signed (huge, or not a number) neither stop checkpoints nor trimming: deleted and counted', async () => {
+    const a = join('a');
+    await a.bus.ready();
+    const keyId = keyWhere(() => true, 'fence');
+    const { shard } = placeOf(keyId);
+    const log = `${ctx.prefix}:{s${shard}}:log`;
+    const real = codec.seal('grants', { shard, grants: [], epoch: 3 });
+    const huge = await ctx.raw.xadd(log, '*', 'epoch', '99999999999999999', ...flat({ ...real, mac: 'forged' }));
+    const resealed = await ctx.raw.xadd(log, '*', 'epoch', '99999999999999999', ...flat(real)); // verifies, but signs epoch 3
+    await ctx.raw.xadd(log, '*', 'epoch', 'notanumber', ...flat(real));
+    // Traffic on the shard makes it change, so its owner checkpoints it (and trims what is behind).
+    await until(async () => {
+      a.node.acquire(keyId, limits(1000));
+      const entries = await ctx.raw.xrange(log, '-', '+');
+      return entries.some(([id, f]) => id > resealed! && EnvelopeCodec.fromStream(f).t === 'snapshot');
+    }, 'a checkpoint of the shard', 5000);
+    const ids = (await ctx.raw.xrange(log, '-', '+')).map(([id]) => id);
+    expect(ids).to.not.include(huge);
+    expect(ids).to.not.include(resealed);
+    expect(a.bus.stats.rejected).to.deep.include({ mac: 1, malformed: 1 });
+  });
+
   it('a deposed owner can neither checkpoint nor trim: the snapshot script finds its successor’s epoch and does nothing', async () => {
     const { readFileSync } = await import('node:fs');
     const script = readFileSync(new URL('../../bus/lua/snapshot.lua', import.meta.url), 'utf8');

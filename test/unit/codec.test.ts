@@ -41,6 +41,8 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
   it('round-trips every body type', () => {
     expect(codec.open(codec.seal('reports', batch))).to.deep.equal({ t: 'reports', body: batch });
     expect(codec.open(codec.seal('grants', { shard: 3, grants: [grant] }))).to.deep.equal({ t: 'grants', body: { shard: 3, grants: [grant] } });
+    // The writer's owner epoch, signed (an older release's entries have none).
+    expect(codec.open(codec.seal('grants', { shard: 3, grants: [grant], epoch: 4 })).body).to.deep.equal({ shard: 3, grants: [grant], epoch: 4 });
     const adjust = { ...grant, type: 'adjust' as const, keep: -1, exhausted: true };
     const { issued: _, ...adjustOnly } = adjust;
     expect(codec.open(codec.seal('messages', { re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] })).body).to.deep.equal({ re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] });
