@@ -836,7 +836,7 @@ export class RedisBus implements Bus {
   /**
    * The snapshot script found a higher epoch in the log: a successor's, or an entry written by someone
    * without the bus secret (whose plain `epoch` would stop checkpoints and trimming for good). Entries
-   * whose envelope does not verify or signs another epoch are deleted and counted; returns whether any
+   * whose envelope does not verify, or signs another epoch, are deleted and counted; returns whether any
    * was, so the checkpoint is tried again. A real successor's entry stays, and this owner stands down.
    */
   private async clearForgedFences(shard: number, mine: number): Promise<boolean> {
@@ -849,8 +849,10 @@ export class RedisBus implements Bus {
       let reason: RejectReason | undefined;
       try {
         const env = this.codec.open(fields);
-        const signed = env.t === 'grants' || env.t === 'snapshot' ? (env.body.epoch ?? (env.t === 'grants' ? env.body.grants[0]?.ownerEpoch : undefined)) : undefined;
-        if (signed !== plain) reason = 'malformed';
+        // An older release signs no epoch (nor does a snapshot of no grants): its entry verified, so
+        // it was written with the bus secret and stands.
+        const signed = env.t === 'grants' ? (env.body.epoch ?? env.body.grants[0]?.ownerEpoch) : env.t === 'snapshot' ? env.body.epoch : undefined;
+        if (signed !== undefined && signed !== plain) reason = 'malformed';
       } catch (err) {
         reason = err instanceof EnvelopeError ? err.reason : 'malformed';
       }
