@@ -38,7 +38,8 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
   let limiter: RateLimiterMiddleware;
   let logs: ReturnType<typeof captureLogger>;
 
-  const free = (limit: number) => ({ ...demoPolicy(), plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit, windowMs: 1000 }] } } });
+  // A minute's window, so the exhausted key stays exhausted however long a loaded machine takes.
+  const free = (limit: number) => ({ ...demoPolicy(), plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit, windowMs: 60_000 }] } } });
   const putPolicy = (policy: object, reason: string) => request(app).put('/admin/v1/policy').set(as(ADMIN)).send({ policy, reason });
   const health = async () => (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as { ok: boolean; policyVersion: number | null; enforcing: boolean; refusedRecords: Array<{ record: string; refused: string }> };
 
