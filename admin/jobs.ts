@@ -43,6 +43,7 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
     result.removedMembers = await redis.zrem(members, ...gone);
     await redis.hdel(epochsKey, ...gone);
     await redis.hdel(`${prefix}:{ctl}:status`, ...gone);
+    await redis.hdel(`${prefix}:{ctl}:beats`, ...gone);
   }
   const epochs = await redis.hgetall(epochsKey);
   const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => `${id}:${epochs[id] ?? ''}`));

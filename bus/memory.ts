@@ -2,7 +2,7 @@ import type { Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { presentAt, rejoining, seen, unsettled, withinReach, type Presence } from '../lib/membership.js';
+import { presentAt, rejoining, seen, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
@@ -27,6 +27,11 @@ export interface BusFaults {
   readonly tail?: { readonly p: number; readonly ms: number };
   /** Whether nothing passes from `from` to `to` right now (partitions, an unreachable owner). */
   readonly blocked: (from: string, to: string) => boolean;
+  /**
+   * Until when (ms, the scheduler's clock) the process of `nodeId` is paused, if it is: what is sent to
+   * it waits until then, and an owner that is paused answers no ask in time.
+   */
+  readonly pausedUntil?: (nodeId: string) => number;
 }
 
 /** Options of the in-memory bus. */
@@ -64,6 +69,8 @@ export class MemoryBus implements Bus {
   private readonly presence = new Map<string, Map<string, Presence>>();
   /** reach.get(node).get(owner): monotonic ms of the node's last round that reached the owner. */
   private readonly reach = new Map<string, Map<string, number>>();
+  /** Monotonic ms of each member's last heartbeat: a paused or cut-off owner's goes stale, as in Redis. */
+  private readonly beats = new Map<string, number>();
   private readonly logs: Array<Array<{ at: number; entry: LogEntry }>> = [];
   private closed = false;
   /** Counters for the simulator: fast paths that missed the deadline, messages sent, lost. */
@@ -83,7 +90,7 @@ export class MemoryBus implements Bus {
         this.publish(node, batch);
         return true;
       },
-      heartbeat: () => this.heartbeat(node.nodeId),
+      heartbeat: (beat) => this.heartbeat(node.nodeId, beat),
       reachable: (shard) => this.reachable(node.nodeId, shard),
       fleetSize: () => this.fleetSize(),
       local: (shard) => this.opts.scheduler === undefined || this.ownerOfShard[shard] === node.nodeId,
@@ -104,10 +111,12 @@ export class MemoryBus implements Bus {
     const roundMs = this.opts.roundMs;
     return {
       size: () => this.fleetSize(),
-      unsettled: () => {
+      unsettled: (shard, folded) => {
         const now = this.opts.clock.monotonic();
         const out: string[] = [];
-        for (const [n, p] of this.presence.get(node.nodeId) ?? []) if (n !== node.nodeId && unsettled(p, now, roundMs)) out.push(n);
+        for (const [n, p] of this.presence.get(node.nodeId) ?? []) {
+          if (n !== node.nodeId && unsettled(p, shard, folded(this.nodes.get(n)?.epoch ?? '', shard), now, roundMs)) out.push(n);
+        }
         return out;
       },
       rejoining: (nodeId) => rejoining(this.presence.get(node.nodeId)?.get(nodeId), this.opts.clock.monotonic(), roundMs),
@@ -181,6 +190,17 @@ export class MemoryBus implements Bus {
       }
       // A request is a sign of life too: the owner learns the node is back before it answers.
       this.heard(ownerId, node.nodeId);
+      const resume = this.pausedUntil(ownerId, there);
+      if (resume !== undefined) {
+        // A paused owner answers when it resumes: far too late for this request.
+        this.stats.fastPathTimeouts++;
+        missed = true;
+        this.opts.scheduler.after(resume, () => {
+          const g = this.answer(owner, shard, r);
+          if (g !== undefined) this.schedule(ownerId, node.nodeId, () => this.deliverNow(g));
+        });
+        continue;
+      }
       const g = this.answer(owner, shard, r);
       const back = this.transit(ownerId, node.nodeId);
       const rtt = back === undefined ? Number.POSITIVE_INFINITY : there + back;
@@ -226,26 +246,39 @@ export class MemoryBus implements Bus {
     else this.schedule(node.nodeId, ownerId, deliver);
   }
 
-  /** A node's round is its heartbeat to every owner it can reach, and its sign that they are reachable. */
-  private heartbeat(nodeId: string): void {
+  /**
+   * A node's round is its heartbeat to every owner it can reach, and its sign that they are reachable;
+   * with it, what it states (`NodeBeat`).
+   */
+  private heartbeat(nodeId: string, beat: NodeBeat): void {
     if (this.closed) return;
     const now = this.opts.clock.monotonic();
+    this.beats.set(nodeId, now);
     const reach = this.reach.get(nodeId);
+    const heard: string[] = [];
     for (const ownerId of this.presence.keys()) {
       if (ownerId !== nodeId && this.opts.faults?.blocked(nodeId, ownerId)) continue;
-      this.heard(ownerId, nodeId);
-      reach?.set(ownerId, now);
+      heard.push(ownerId);
+      // In reach only while the owner's own heartbeats are fresh (a paused owner's are not).
+      const last = this.beats.get(ownerId);
+      if (last === undefined || withinReach(last, now, this.opts.roundMs)) reach?.set(ownerId, now);
     }
+    // The member table is Redis's: written whether or not the owner is running to read it. The times
+    // are the node's own (one clock here).
+    const { contact, ...said } = beat;
+    const stated = { ...said, ...statedContact(contact, (t) => t) };
+    for (const ownerId of heard) this.heard(ownerId, nodeId, stated);
   }
 
   /** Owner `ownerId` hears from `nodeId`; after a silence that is a return (L5, `lib/membership.ts`). */
-  private heard(ownerId: string, nodeId: string): void {
+  private heard(ownerId: string, nodeId: string, beat?: Heartbeat): void {
     const heard = this.presence.get(ownerId);
     if (heard === undefined || ownerId === nodeId) return;
     const now = this.opts.clock.monotonic();
-    const p = heard.get(nodeId);
-    if (p === undefined) heard.set(nodeId, presentAt(now));
+    let p = heard.get(nodeId);
+    if (p === undefined) heard.set(nodeId, (p = presentAt(now)));
     else seen(p, now, this.opts.roundMs);
+    if (beat !== undefined) p.beat = beat;
   }
 
   /** Sends an owner's message to its node; grants also go to the shard's log. */
@@ -277,14 +310,27 @@ export class MemoryBus implements Bus {
 
   private schedule(from: string, to: string, run: () => void): void {
     const scheduler = this.opts.scheduler!;
+    // What lands while its receiver is paused waits for it to resume.
+    const land = (): void => {
+      const resume = this.pausedUntil(to, 0);
+      if (resume === undefined) run();
+      else scheduler.after(resume, land);
+    };
     const t = this.transit(from, to);
     if (t === undefined) return;
-    scheduler.after(t, run);
+    scheduler.after(t, land);
     const f = this.opts.faults;
     if (f !== undefined && (this.opts.random ?? Math.random)() < f.duplicate) {
       const again = this.transit(from, to);
-      if (again !== undefined) scheduler.after(again, run);
+      if (again !== undefined) scheduler.after(again, land);
     }
+  }
+
+  /** If `nodeId` is paused `inMs` from now, how long after now it resumes. */
+  private pausedUntil(nodeId: string, inMs: number): number | undefined {
+    const until = this.opts.faults?.pausedUntil?.(nodeId);
+    const at = this.opts.clock.now() + inMs;
+    return until !== undefined && until > at ? until - this.opts.clock.now() : undefined;
   }
 
   private log(shard: number, entry: LogEntry): void {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
-import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, unsettled, withinReach, type Presence } from '../lib/membership.js';
+import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
 import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
@@ -145,6 +145,13 @@ export class RedisBus implements Bus {
   private inflight = 0;
   /** Highest owner epoch seen on any shard: a claim never goes below it, whatever Redis's clock says. */
   private maxEpoch = 0;
+  /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
+  private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
+  /** This process's own node's self-grants as its owner side knows them at once: shard → batch round. */
+  private readonly ownSelfGrants = new Map<number, number>();
+  /** Redis time of the last round reply applied, and this process's monotonic time when it came back. */
+  private replyAt = 0;
+  private replyGot: number | undefined;
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly fastPath: FastPath;
   /** The fast path's direct channel; undefined when `fastPath: false`. */
@@ -164,7 +171,7 @@ export class RedisBus implements Bus {
     this.table = new Array<Ownership | undefined>(opts.shards);
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
-    this.redis.defineCommand('frlRound', { numberOfKeys: 4, lua: ROUND_SCRIPT });
+    this.redis.defineCommand('frlRound', { numberOfKeys: 5, lua: ROUND_SCRIPT });
     this.redis.defineCommand('frlSnapshot', { numberOfKeys: 2, lua: SNAPSHOT_SCRIPT });
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
@@ -213,7 +220,11 @@ export class RedisBus implements Bus {
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
       publish: (batch) => this.publish(batch),
-      heartbeat: () => this.round(),
+      heartbeat: (beat) => {
+        this.nodeBeat = beat;
+        this.round();
+      },
+      selfGranted: (shard, round) => this.ownSelfGrants.set(shard, round),
       reachable: (shard) => this.reachable(shard),
       local: (shard) => this.mine(shard) && this.serving(shard),
       fleetSize: () => (this.hadTable ? Math.max(1, this.members.size) : Number.MAX_SAFE_INTEGER),
@@ -229,7 +240,7 @@ export class RedisBus implements Bus {
     const roundMs = this.opts.roundMs;
     return {
       size: () => Math.max(1, this.members.size),
-      unsettled: () => this.unsettled(),
+      unsettled: (shard, folded) => this.unsettled(shard, folded),
       rejoining: (nodeId) => rejoining(this.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
@@ -376,6 +387,7 @@ export class RedisBus implements Bus {
       this.ctl('epochs'),
       this.ctl('owners'),
       this.ctl('left'),
+      this.ctl('beats'),
       this.identity!.nodeId,
       this.identity!.nodeEpoch,
       String(LEASE_ROUNDS * this.opts.roundMs),
@@ -384,6 +396,7 @@ export class RedisBus implements Bus {
       released.join(','),
       leave ? '1' : '0',
       String(this.maxEpoch),
+      this.beatField(),
     )) as RoundReply;
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
@@ -401,19 +414,26 @@ export class RedisBus implements Bus {
     this.lastRoundOk = got;
     this.stats.rounds++;
     const seen = new Set<string>();
-    for (let i = 0; i + 2 < flatMembers.length; i += 3) {
+    // Redis times as this process's monotonic time: as if Redis had run the script when it was sent,
+    // which is never later than it did — a member never looks fresher than it was, however late this
+    // reply is taken in (a pause right after it came back).
+    const local = (t: number): number => sent - (redisNow - t);
+    for (let i = 0; i + 3 < flatMembers.length; i += 4) {
       const id = flatMembers[i]!;
-      const lastSeen = got - (redisNow - Number(flatMembers[i + 1]));
+      const lastSeen = local(Number(flatMembers[i + 1]));
       const epoch = flatMembers[i + 2]!;
       seen.add(id);
-      const m = this.members.get(id);
-      if (m === undefined) this.members.set(id, { ...presentAt(lastSeen), epoch });
+      let m = this.members.get(id);
+      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch }));
       else {
         // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
         // process under the same name has none: it starts at zero (L6).
         heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
         m.epoch = epoch;
       }
+      const beat = parseBeat(flatMembers[i + 3]!, local);
+      if (beat !== undefined) m.beat = beat;
+      else delete m.beat;
     }
     // A member missing from the list is kept until it could no longer be granting itself credit
     // (F5): Redis may simply have lost the list (restarted empty). Only a clean leave drops it at once.
@@ -457,6 +477,8 @@ export class RedisBus implements Bus {
       this.knownEpochs[s] = o.epoch;
     });
     if (changed.size > 0) this.onOwnersChanged?.(changed);
+    this.replyAt = redisNow;
+    this.replyGot = got;
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
       else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o.takenAt, got)) o.state = 'ready';
@@ -476,14 +498,48 @@ export class RedisBus implements Bus {
    * Members whose boundary self-grant the owner may not have seen (`lib/membership.ts`), as of now, so a
    * freeze of Redis counts.
    */
-  private unsettled(): string[] {
+  private unsettled(shard: number, folded: (nodeEpoch: string, shard: number) => number): string[] {
     const mono = this.clock.monotonic();
     const roundMs = this.opts.roundMs;
     const out: string[] = [];
     for (const [id, m] of this.members) {
-      if (id !== this.identity?.nodeId && unsettled(m, mono, roundMs)) out.push(id);
+      if (id !== this.identity?.nodeId && unsettled(m, shard, folded(m.epoch, shard), mono, roundMs)) out.push(id);
+    }
+    // This process's own node too: out of touch with Redis, its owner side stops serving and its node
+    // may grant itself credit in these very shards; the owner side knows of it the moment it does,
+    // and holds it back until that node's batch carrying it is folded (in process, at its next round).
+    const me = this.identity;
+    const own = this.ownSelfGrants.get(shard);
+    if (me !== undefined && own !== undefined) {
+      if (folded(me.nodeEpoch, shard) < own) out.push(me.nodeId);
+      else this.ownSelfGrants.delete(shard);
     }
     return out;
+  }
+
+  /**
+   * This node's heartbeat statement as the round script stores it: `freshAt|stale|selfGranted`.
+   * Its contact times (`NodeBeat.contact`, this process's monotonic time) in Redis ms, mapped through
+   * the last reply as if Redis had run it when the reply came back — which is never earlier than it
+   * did, so a stated time is never later than the contact was: every shard's owner was last heard at
+   * `freshAt` or later except the stale ones (`time:shard.shard…`, groups comma-separated);
+   * `selfGranted` is `shard:round`, comma-separated. Before any reply, nothing is known: everything
+   * is stated as heard at 0.
+   */
+  private beatField(): string {
+    const b = this.nodeBeat;
+    const { replyGot } = this;
+    const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
+    const groups = new Map<number, number[]>();
+    for (const [s, t] of c.stale) {
+      const at = Math.max(0, t);
+      const g = groups.get(at);
+      if (g === undefined) groups.set(at, [s]);
+      else g.push(s);
+    }
+    const stale = [...groups].map(([t, shards]) => `${t}:${shards.join('.')}`).join(',');
+    const granted = [...b.selfGranted].map(([s, r]) => `${s}:${r}`).join(',');
+    return `${Math.max(0, c.freshAt)}|${stale}|${granted}`;
   }
 
   /** How long a silent member is remembered: while it may still be granting itself credit (F4, F5). */
@@ -1081,6 +1137,28 @@ interface ScriptCommands {
 }
 
 /** What `lua/round.lua` returns. */
+/**
+ * A member's heartbeat statement as stored by the round script (`beatField`), its times mapped by
+ * `at`; undefined when there is none (a release that writes none: `lib/membership.ts` then applies
+ * the old rule). A field that does not parse says nothing the owner can trust: every shard stale.
+ */
+function parseBeat(field: string, at: (redisMs: number) => number): Heartbeat | undefined {
+  if (field === '') return undefined;
+  const m = /^(\d+)\|((?:\d+:\d+(?:\.\d+)*(?:,\d+:\d+(?:\.\d+)*)*)?)\|((?:\d+:\d+(?:,\d+:\d+)*)?)$/.exec(field);
+  if (m === null) return { selfGranted: new Map(), freshAt: Number.NEGATIVE_INFINITY, stale: new Map() };
+  const stale = new Map<number, number>();
+  for (const group of m[2] ? m[2].split(',') : []) {
+    const [t, shards] = group.split(':') as [string, string];
+    for (const s of shards.split('.')) stale.set(Number(s), at(Number(t)));
+  }
+  const selfGranted = new Map<number, number>();
+  for (const pair of m[3] ? m[3].split(',') : []) {
+    const [s, r] = pair.split(':');
+    selfGranted.set(Number(s), Number(r));
+  }
+  return { freshAt: at(Number(m[1])), stale, selfGranted };
+}
+
 type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
 
 function flatFields(f: EnvelopeFields): string[] {

@@ -10,10 +10,11 @@ export interface FleetView {
   /** Number of members (live or silent, not yet expired). */
   size(): number;
   /**
-   * Members whose boundary self-grant (F4) the owner may not have heard of yet: silent for two rounds
-   * or more, or back less than a round ago (their first reports may still be on the way).
+   * Members that may hold a boundary self-grant (F4) in `shard` this owner has not heard of yet, or
+   * be about to grant themselves one (`lib/membership.ts`). `folded(nodeEpoch, shard)`: the latest
+   * round of that process's report batches for the shard this owner has folded.
    */
-  unsettled(): readonly string[];
+  unsettled(shard: number, folded: (nodeEpoch: string, shard: number) => number): readonly string[];
   /** Whether `nodeId` reappeared less than a round ago: no grants to it yet (L5). */
   rejoining(nodeId: string): boolean;
 }
@@ -167,6 +168,8 @@ export class FoldOwner {
   private outbox: OwnerMessage[] = [];
   /** When each node's self_grant flag was first seen in the current episode (F4). */
   private readonly selfGrantSeen = new Map<string, number>();
+  /** Per node epoch: the latest round of its report batches folded per shard, and when it was last one. */
+  private readonly folded = new Map<string, { at: number; rounds: Map<number, number> }>();
   /** Ledgers whose window had remote asks, while floats are on (the first `refillFloats`). */
   private readonly floatWanted = new Set<Ledger>();
   private floats = false;
@@ -357,6 +360,13 @@ export class FoldOwner {
       if (r.demand > 0 && !this.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
       this.announceRefilled(ledger);
     }
+    // Folded only once all of it is (a report that throws leaves the round unfolded).
+    if (batch.round > 0) {
+      let f = this.folded.get(batch.nodeEpoch);
+      if (f === undefined) this.folded.set(batch.nodeEpoch, (f = { at: 0, rounds: new Map() }));
+      f.at = this.cfg.clock.monotonic();
+      f.rounds.set(batch.shard, Math.max(f.rounds.get(batch.shard) ?? 0, batch.round));
+    }
     return this.takeOutbox();
   }
 
@@ -474,8 +484,10 @@ export class FoldOwner {
       if (live.length === 0) this.ledgers.delete(keyId);
       else if (live.length !== list.length) this.ledgers.set(keyId, live);
     }
-    const unsettled = new Set(this.cfg.fleet.unsettled());
-    for (const [node, at] of this.selfGrantSeen) if (!unsettled.has(node) && at + 60_000 < this.cfg.clock.monotonic()) this.selfGrantSeen.delete(node);
+    const mono = this.cfg.clock.monotonic();
+    for (const [node, at] of this.selfGrantSeen) if (at + 60_000 < mono) this.selfGrantSeen.delete(node);
+    // A process unheard of for ten minutes is gone (a new one has a new epoch and starts over).
+    for (const [epoch, f] of this.folded) if (f.at + 600_000 < mono) this.folded.delete(epoch);
   }
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */
@@ -729,7 +741,7 @@ export class FoldOwner {
   private available(l: Ledger, withReserve: boolean): number {
     const fleet = Math.max(1, this.cfg.fleet.size());
     let holdback = 0;
-    for (const node of this.cfg.fleet.unsettled()) {
+    for (const node of this.cfg.fleet.unsettled(this.cfg.shardOf(l.keyId, l.windowId), this.foldedRound)) {
       if (!l.leases.some((lease) => lease.nodeId === node && (lease.reported > 0 || lease.selfIssued > 0))) holdback += Math.ceil(l.allowance / fleet);
     }
     // Credit already committed into the reserve (seen on replay) means the reserve is gone; in the
@@ -738,6 +750,9 @@ export class FoldOwner {
     const reserve = withReserve || l.reserveReleased ? 0 : this.reserveOf(l);
     return Math.max(0, l.allowance - reserve - committed(l) - holdback);
   }
+
+  /** The latest round of `nodeEpoch`'s report batches for `shard` this owner folded (0: none). */
+  private readonly foldedRound = (nodeEpoch: string, shard: number): number => this.folded.get(nodeEpoch)?.rounds.get(shard) ?? 0;
 
   private reserveOf(l: Ledger): number {
     return Math.floor(l.allowance * this.cfg.reserveRatio);

@@ -42,6 +42,16 @@ export class LeaseNode {
   private touched: Subject[] = [];
   /** Window end of the last boundary self-grant per key and window length (F4), kept across eviction. */
   private readonly selfGranted = new Map<string, number>();
+  /**
+   * Shards holding a self-grant of this process: the end of the latest window it is for, and the
+   * round of the first batch since its latest self-grant there (`NodeBeat.selfGranted`).
+   */
+  private readonly selfGrantShards = new Map<number, { end: number; round: number }>();
+  /**
+   * The final report of each self-granted bucket evicted before its window ended: sent again every
+   * round until then, since owners take every batch of a round as carrying all its self-grants.
+   */
+  private readonly evictedSelfGrants = new Map<string, { shard: number; report: Report; end: number }>();
   /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
   private evicted: Array<{ shard: number; report: Report }> = [];
   /** Monotonic time of the last sign of life from each shard's owner. */
@@ -196,12 +206,16 @@ export class LeaseNode {
   private reportNow(s: Subject, b: Bucket, windowMs: number): void {
     const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
     if (b.windowEnd <= this.clock.now() || this.link.local?.(shard) === true) return;
-    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b)]);
+    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b)], 0);
   }
 
-  /** Publishes one batch of reports for `shard`; what the link could not send is reported next round. */
-  private send(shard: number, reports: Report[]): ReportBatch {
-    const batch: ReportBatch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round: this.roundNo, reports };
+  /**
+   * Publishes one batch of reports for `shard`; what the link could not send is reported next round.
+   * `round`: for a round's batch (everything up to this round's heartbeat) the round's number as the
+   * heartbeat states it (counted from 1), 0 for a partial one.
+   */
+  private send(shard: number, reports: Report[], round = this.roundNo + 1): ReportBatch {
+    const batch: ReportBatch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round, reports };
     this.stats.reports++;
     if (!this.link.publish(batch)) this.unsent(batch);
     return batch;
@@ -236,10 +250,23 @@ export class LeaseNode {
       oldest = Math.min(oldest, this.contact[s]!);
     }
     this.oldestContact = oldest;
-    this.link.heartbeat();
+    // Owners hold back this node's share in a shard where it granted itself credit until they fold
+    // its first batch since (`lib/membership.ts`): a self-granted bucket is in every batch. The
+    // contact times as they are now: a grant landing before the transport writes this heartbeat must
+    // not make it say more than the rest of it does.
+    const selfGranted = new Map<number, number>();
+    for (const [shard, g] of this.selfGrantShards) {
+      if (g.end > now) selfGranted.set(shard, g.round);
+      else this.selfGrantShards.delete(shard);
+    }
+    this.link.heartbeat({ selfGranted, contact: Float64Array.from(this.contact) });
     const byShard = new Map<number, Report[]>();
     for (const { shard, report } of this.evicted) this.queue(byShard, shard, report);
     this.evicted = [];
+    for (const [mark, e] of this.evictedSelfGrants) {
+      if (e.end <= now) this.evictedSelfGrants.delete(mark);
+      else this.queue(byShard, e.shard, e.report);
+    }
     const next: Subject[] = [];
     for (const s of this.touched) {
       if (s.evicted) continue;
@@ -357,7 +384,10 @@ export class LeaseNode {
       const b = subject.buckets[i] as Bucket;
       if (b.windowEnd <= now) return;
       if (b.credit > 0) b.released += b.credit;
-      this.evicted.push({ shard: shardOf(subject.keyId, b.windowId, this.cfg.shards), report: this.report(subject.keyId, w.windowMs, w.limit, b) });
+      const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
+      const report = this.report(subject.keyId, w.windowMs, w.limit, b);
+      if (b.selfIssued > 0) this.evictedSelfGrants.set(`${subject.keyId}|${w.windowMs}|${b.lease}`, { shard, report, end: b.windowEnd });
+      else this.evicted.push({ shard, report });
       // Credit granted ahead for the next window goes back to that window's owner.
       if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0) {
         const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b);
@@ -406,6 +436,10 @@ export class LeaseNode {
       if (b.selfIssued > 0) {
         b.dirty = true;
         this.stats.selfGrants++;
+        const shard = shardOf(keyId, id, this.cfg.shards);
+        // Reported in this round's batch (`send` numbers it roundNo + 1) and every later one.
+        this.selfGrantShards.set(shard, { end: Math.max(this.selfGrantShards.get(shard)?.end ?? 0, b.windowEnd), round: this.roundNo + 1 });
+        this.link.selfGranted?.(shard, this.roundNo + 1);
       }
     }
   }

@@ -1,3 +1,4 @@
+import type { NodeBeat } from './membership.js';
 import type { CreditRequest, Grant, ReportBatch } from './protocol/messages.js';
 
 /*
@@ -24,10 +25,15 @@ export interface OwnerLink {
    * transport is out of reach or backed up): the node then reports those buckets again next round.
    */
   publish(batch: ReportBatch): boolean;
-  /** Tells the fleet this node is alive; once per round. */
-  heartbeat(): void;
+  /** Tells the fleet this node is alive, and what owners must know of it (`NodeBeat`); once per round. */
+  heartbeat(beat: NodeBeat): void;
   /** Whether the owner of `shard` answered recently (the transport's heartbeat). */
   reachable(shard: number): boolean;
+  /**
+   * A boundary self-grant was just made in `shard`, first reported in the batch of `round`: for an
+   * owner side in this process, which learns of it at once rather than from the next heartbeat.
+   */
+  selfGranted?(shard: number, round: number): void;
   /** Live fleet size, for the boundary self-grant (F4). */
   fleetSize(): number;
   /**

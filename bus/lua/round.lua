@@ -5,15 +5,17 @@
 -- KEYS[2] epochs hash    (node id -> node epoch of its current process)
 -- KEYS[3] owners hash    (shard -> "nodeId/nodeEpoch|ownerEpoch|expiresAt": the owning process)
 -- KEYS[4] left zset      (node id -> Redis time it left the fleet cleanly)
+-- KEYS[5] beats hash     (node id -> its last heartbeat statement, `RedisBus.beatField`)
 -- ARGV[1] node id   ARGV[2] node epoch   ARGV[3] owner lease, ms   ARGV[4] member expiry, ms
 -- ARGV[5] shards wanted, comma-separated   ARGV[6] shards given up, comma-separated
 -- ARGV[7] '1' when the node leaves the fleet (clean shutdown): it drops out of the member list
 -- ARGV[8] the highest owner epoch this node has seen on any shard
+-- ARGV[9] this node's heartbeat statement
 --
 -- The owner epoch of a shard grows at every change of owner: max(previous + 1, now in ms, the
 -- highest epoch the claimant has seen + 1), so it keeps growing even if Redis lost the table (a
 -- restart without persistence), and even if Redis's clock went back meanwhile.
--- Returns { now, {id, lastSeen, nodeEpoch, ...}, {shard, "owner|epoch|expiresAt", ...},
+-- Returns { now, {id, lastSeen, nodeEpoch, beat, ...}, {shard, "owner|epoch|expiresAt", ...},
 --           {blind shard, ...}, {id, leftAt, ...} }.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,10 +29,12 @@ local seen = tonumber(ARGV[8]) or 0
 if ARGV[7] == '1' then
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
+  redis.call('HDEL', KEYS[5], id)
   redis.call('ZADD', KEYS[4], now, id)
 else
   redis.call('ZADD', KEYS[1], now, id)
   redis.call('HSET', KEYS[2], id, ARGV[2])
+  redis.call('HSET', KEYS[5], id, ARGV[9] or '')
 end
 
 local function parse(v)
@@ -63,7 +67,10 @@ end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
-  for _, g in ipairs(gone) do redis.call('HDEL', KEYS[2], g) end
+  for _, g in ipairs(gone) do
+    redis.call('HDEL', KEYS[2], g)
+    redis.call('HDEL', KEYS[5], g)
+  end
 end
 
 local members = {}
@@ -72,6 +79,7 @@ for i = 1, #live, 2 do
   members[#members + 1] = live[i]
   members[#members + 1] = live[i + 1]
   members[#members + 1] = redis.call('HGET', KEYS[2], live[i]) or ''
+  members[#members + 1] = redis.call('HGET', KEYS[5], live[i]) or ''
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - expiry)
 return { fmt(now), members, redis.call('HGETALL', KEYS[3]), blind, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES') }

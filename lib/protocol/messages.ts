@@ -103,6 +103,10 @@ export interface ReportBatch {
   readonly shard: number;
   readonly nodeId: string;
   readonly nodeEpoch: string;
+  /**
+   * The node's round: the batch follows that round's heartbeat and carries everything it has to say
+   * for the shard up to it (self-grants included). 0 for a partial batch (a recall's release at once).
+   */
   readonly round: number;
   readonly reports: readonly Report[];
 }

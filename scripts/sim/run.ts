@@ -66,6 +66,9 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   const clock = queue.clock;
   const isolated = new Set<string>();
   const drained = new Set<number>();
+  /** Until when each node's process is paused (virtual ms; in the past when it runs). */
+  const pausedUntil = new Array<number>(opts.nodes).fill(0);
+  const paused = (i: number): boolean => pausedUntil[i]! > clock.now();
   const bus = new MemoryBus({
     shards: opts.shards,
     roundMs: opts.roundMs,
@@ -81,6 +84,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       duplicate: scenario.duplicate ?? 0,
       reorderMs: scenario.reorderMs ?? 0,
       blocked: (from, to) => from !== to && (isolated.has(from) || isolated.has(to)),
+      pausedUntil: (id) => pausedUntil[Number(id.slice(1))] ?? 0,
     },
   });
   const settings = (i: number, epoch: number) => ({
@@ -101,6 +105,8 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   // Rounds: every node every T, at its own phase.
   for (let i = 0; i < opts.nodes; i++) {
     const tick = (): void => {
+      // A paused process's timer fires once, when it resumes.
+      if (paused(i)) return void queue.at(pausedUntil[i]!, tick);
       members[i]!.node.endRound();
       if (members[i]!.node.round % 40 === 0) members[i]!.owner.sweep(clock.now());
       queue.after(opts.roundMs, tick);
@@ -117,6 +123,11 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     queue.at(START + iso.toMs, () => {
       isolated.delete(`n${iso.node}`);
       drained.delete(iso.node);
+    });
+  }
+  for (const p of scenario.pauses ?? []) {
+    queue.at(START + p.atMs, () => {
+      pausedUntil[p.node] = Math.max(pausedUntil[p.node]!, START + p.atMs + p.ms);
     });
   }
   for (const r of scenario.restarts ?? []) {
@@ -147,6 +158,22 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       if (!drained.has(n)) return n;
     }
   };
+  /** One request of key `k` at node `n`, decided now — or when the node resumes, if it is paused. */
+  const decide = (k: number, n: number): void => {
+    if (paused(n)) return void queue.at(pausedUntil[n]!, () => decide(k, n));
+    const wid = windowIdAt(clock.now(), opts.windowMs, offsets[k]!);
+    let c = counts[k]!.get(wid);
+    if (c === undefined) counts[k]!.set(wid, (c = { offered: 0, admitted: 0 }));
+    c.offered++;
+    try {
+      const r = members[n]!.node.acquire(keyIds[k]!, limits[k]!);
+      if (r instanceof Promise) throw new Error('the simulated bus answers synchronously');
+      if (r.admitted) c.admitted++;
+    } catch (err) {
+      if ((err as Error).name === 'InvariantViolation') invariantViolations++;
+      else throw err;
+    }
+  };
   traffic.forEach((t, k) => {
     // A ramp is Poisson at twice the rate, thinned by where in its ramp the request falls.
     const rate = t.rampMs === undefined ? t.rate : 2 * t.rate;
@@ -164,19 +191,8 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
         queue.after(nextArrival(random, rate), arrive);
         return;
       }
-      const wid = windowIdAt(now, opts.windowMs, offsets[k]!);
-      let c = counts[k]!.get(wid);
-      if (c === undefined) counts[k]!.set(wid, (c = { offered: 0, admitted: 0 }));
-      c.offered++;
       offered++;
-      try {
-        const r = members[pickNode(t)]!.node.acquire(keyIds[k]!, limits[k]!);
-        if (r instanceof Promise) throw new Error('the simulated bus answers synchronously');
-        if (r.admitted) c.admitted++;
-      } catch (err) {
-        if ((err as Error).name === 'InvariantViolation') invariantViolations++;
-        else throw err;
-      }
+      decide(k, pickNode(t));
       queue.after(nextArrival(random, rate), arrive);
     };
     queue.after((t.life?.fromMs ?? 0) + nextArrival(random, rate), arrive);

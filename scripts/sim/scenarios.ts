@@ -33,6 +33,16 @@ export interface Restart {
   readonly downMs: number;
 }
 
+/**
+ * A stop-the-world pause of node `node`'s process (GC, CPU starvation, SIGSTOP) during [atMs, atMs +
+ * ms): its timers, the messages sent to it and the requests sent to it wait and run when it resumes.
+ */
+export interface Pause {
+  readonly node: number;
+  readonly atMs: number;
+  readonly ms: number;
+}
+
 /** One simulated situation. Times are relative to the start of the run. */
 export interface Scenario {
   readonly name: string;
@@ -40,6 +50,7 @@ export interface Scenario {
   readonly keys: (nodes: number, random: () => number) => KeyTraffic[];
   readonly isolations?: readonly Isolation[];
   readonly restarts?: readonly Restart[];
+  readonly pauses?: readonly Pause[];
   readonly duplicate?: number;
   readonly reorderMs?: number;
   readonly loss?: number;

@@ -221,7 +221,7 @@ describe('rateLimiter middleware', () => {
         return {
           requestCredit: (reqs, deadline) => (up ? link.requestCredit(reqs, deadline) : undefined),
           publish: (batch) => up && link.publish(batch),
-          heartbeat: () => up && link.heartbeat(),
+          heartbeat: (beat) => up && link.heartbeat(beat),
           reachable: (shard) => up && link.reachable(shard),
           fleetSize: () => link.fleetSize(),
         };

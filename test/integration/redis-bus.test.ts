@@ -4,7 +4,7 @@ import { EnvelopeCodec } from '../../bus/codec.js';
 import type { Denied } from '../../lib/lease-node.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
-import { BUS_SECRET, fleetSuite, limits, placeOf, SHARDS, until, type Member } from '../support/redis-members.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
 
 const WINDOW_MS = 60_000;
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
@@ -268,6 +268,61 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     }
     for (const k of keys) await spend(a, k, 120);
     expect([...total].filter(([, n]) => n > 100), 'keys over their allowance').to.deep.equal([]);
+  });
+
+  it('heartbeat statements cross Redis: an owner whose rounds stopped holds back, once back, the share of a node that lost touch with it', async () => {
+    const a = join('a');
+    const b = join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    const shard = [...Array(SHARDS).keys()].find((s) => ownerOf(a, s) === 'a')!;
+    const unsettled = () => a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER);
+    const statement = async () => (await ctx.raw.hget(`${ctx.prefix}:{ctl}:beats`, 'b')) ?? '';
+    expect(await statement()).to.match(/^\d+\|\|$/); // every owner in reach, no self-grant
+    expect(unsettled()).to.deep.equal([]);
+    // a's rounds stop for 8 rounds (its process starved; less than its lease): b keeps heart-beating,
+    // and says it has not heard from a's shards since.
+    a.rounds(false);
+    await new Promise((r) => setTimeout(r, 8 * ROUND_MS));
+    const stale = (await statement()).split('|')[1]!; // `time:shard.shard…` groups
+    expect(stale.split(',').flatMap((g) => g.split(':')[1]!.split('.'))).to.include(String(shard));
+    // b stops too, a comes back: a's first round reads b's last statement while b is not silent.
+    b.rounds(false);
+    const r0 = a.bus.stats.rounds;
+    a.rounds(true);
+    await until(() => a.bus.stats.rounds > r0, 'a’s first round', 1000);
+    // (a's own node too: its owner side stopped answering it as well.)
+    expect(unsettled()).to.include('b');
+    // Once b hears from a again and says so, nothing is held back.
+    b.rounds(true);
+    await until(() => unsettled().length === 0, 'b back in touch', 2000);
+  });
+
+  it('an owner counts its own node too: after Redis comes back, it holds its own self-grant back until it has folded that node’s batch', async function () {
+    if (ctx.redis.external) this.skip();
+    const a = join('a');
+    await a.bus.ready();
+    const keyId = keyWhere(() => true, 'own');
+    const plan = limits(1000, 1000);
+    // A key in use; then Redis stops answering for longer than a window, so a boundary falls in the
+    // silence and the node grants itself credit in a shard its own owner side holds.
+    const send = async (ms: number): Promise<void> => {
+      const end = Date.now() + ms;
+      while (Date.now() < end) {
+        await a.node.acquire(keyId, plan);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    };
+    await send(200);
+    ctx.redis.pause();
+    try {
+      await send(1600);
+    } finally {
+      ctx.redis.resume();
+    }
+    expect(a.node.stats.selfGrants).to.be.at.least(1);
+    const shard = placeOf(keyId, 1000).shard;
+    await until(() => a.bus.stats.rounds > 0 && a.bus.fleetView().unsettled(shard, () => 0).includes('a'), 'a to state its own self-grant', 3000);
+    await until(() => !a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER).includes('a'), 'a back in touch with itself', 3000);
   });
 
   it('log entries whose epoch no owner signed (huge, or not a number) neither stop checkpoints nor trimming: deleted and counted', async () => {

@@ -1,4 +1,5 @@
 import type { OwnerLink } from '../../lib/lease-node.js';
+import type { NodeBeat } from '../../lib/membership.js';
 import type { CreditRequest, Grant, ReportBatch } from '../../lib/protocol/messages.js';
 
 /** An OwnerLink that records what the node sends and answers with a function the test controls. */
@@ -19,7 +20,12 @@ export class RecordingLink implements OwnerLink {
     return true;
   }
 
-  heartbeat(): void {}
+  /** What each heartbeat stated. */
+  readonly beats: NodeBeat[] = [];
+
+  heartbeat(beat: NodeBeat): void {
+    this.beats.push(beat);
+  }
 
   reachable(): boolean {
     return this.up;

@@ -28,7 +28,8 @@ export class FixedFleet implements FleetView {
   size(): number {
     return this.members;
   }
-  unsettled(): readonly string[] {
+  /** Silent and rejoining nodes, whatever the shard; a test may replace it with its own rule. */
+  unsettled(_shard: number, _folded: (nodeEpoch: string, shard: number) => number): readonly string[] {
     return [...this.silentNodes, ...this.rejoiningNodes];
   }
   rejoining(nodeId: string): boolean {

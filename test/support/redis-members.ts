@@ -31,6 +31,8 @@ export interface Member {
   readonly owner: FoldOwner;
   /** Leaves cleanly (hands shards over); idempotent. */
   stop(): Promise<void>;
+  /** Stops (false) or restarts (true) its rounds: no heartbeats, reports or renewals meanwhile. */
+  rounds(on: boolean): void;
 }
 
 /**
@@ -46,10 +48,11 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
     { nodeId, nodeEpoch, shards: SHARDS, maxBuckets: 10_000, roundMs: ROUND_MS, fastPathDeadlineMs: 1, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs },
     systemClock,
   );
-  const timer = setInterval(() => {
+  const tick = (): void => {
     node.endRound();
     owner.sweep(Date.now());
-  }, ROUND_MS);
+  };
+  let timer: NodeJS.Timeout | undefined = setInterval(tick, ROUND_MS);
   let stopped: Promise<void> | undefined;
   return {
     nodeId,
@@ -61,6 +64,10 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
       clearInterval(timer);
       await bus.close();
     })()),
+    rounds: (on) => {
+      clearInterval(timer);
+      timer = on && stopped === undefined ? setInterval(tick, ROUND_MS) : undefined;
+    },
   };
 }
 

@@ -3,6 +3,7 @@ import { FakeClock } from '../../lib/clock.js';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
+import { shardOf } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { grantFor, RecordingLink } from '../support/links.js';
 import { FixedFleet, nodeConfig, ownerConfig } from '../support/protocol.js';
@@ -72,6 +73,12 @@ describe('failure timeline F1–F5, at its exact boundaries', () => {
     const reports = [node.endRound(), (clock.advance(25), node.endRound())].flat().flatMap((x) => x.reports);
     expect(reports.length).to.be.at.least(2);
     expect(reports.every((r) => r.selfGrant && r.selfIssued === 50)).to.equal(true);
+    // Each heartbeat since names the shard it holds the self-grant in, with the round of the first
+    // batch that carries it — the one sent right after that heartbeat: what owners wait to fold.
+    const shard = shardOf(KEY, b.windowId, 8);
+    const batchRound = link.published.at(-2)!.round;
+    expect(link.published.at(-2)!.reports.some((r) => r.selfGrant)).to.equal(true);
+    expect(link.beats.slice(-2).map((x) => [...x.selfGranted])).to.deep.equal([[[shard, batchRound]], [[shard, batchRound]]]);
   });
 
   it('F4: no self-grant into a window that began less than eight rounds into the silence (credit may be out already)', () => {
@@ -175,6 +182,23 @@ describe('owner side of F4 and L5', () => {
     expect(o.onCreditRequest(req('a', { selfIssued: 50, spent: 50 }))).to.equal(undefined);
     clock.advance(1);
     expect(o.onCreditRequest(req('a', { selfIssued: 50, spent: 50 }))).to.not.equal(undefined);
+  });
+
+  it('holds a node’s share back in a shard it granted itself credit in until it folds that node’s batch of the heartbeat’s round', () => {
+    const fleet = new FixedFleet(20);
+    const shard = ownerConfig(new FakeClock(0), fleet).shardOf(KEY, WID);
+    // Node s1 states a self-grant in this shard in its heartbeat of round 7 (lib/membership.ts).
+    fleet.unsettled = (s, folded) => (s === shard && folded('s1-e1', s) < 7 ? ['s1'] : []);
+    const { o } = owner(fleet);
+    expect(o.onCreditRequest(req('a', { demand: 10_000 }))!.issued).to.equal(930); // 1000 − 20 reserve − 50
+    // Its batch of round 6 (nothing in it for this key) does not settle it; round 7's does.
+    const batch = (round: number) => ({ shard, nodeId: 's1', nodeEpoch: 's1-e1', round, reports: [] });
+    o.onReports(batch(6));
+    expect(o.onCreditRequest(req('b', { demand: 10_000, fastPath: false }))).to.equal(undefined);
+    o.onReports({ ...batch(0) }); // a partial batch (a recall's release) settles nothing either
+    expect(o.onCreditRequest(req('b', { demand: 10_000, fastPath: false }))).to.equal(undefined);
+    o.onReports(batch(7));
+    expect(o.onCreditRequest(req('b', { demand: 10_000, fastPath: false }))!.issued).to.equal(50);
   });
 
   it('withholds grants from a node back after an absence, for one round (L5)', () => {

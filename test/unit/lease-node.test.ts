@@ -302,7 +302,9 @@ describe('lease node: the decision path', () => {
     expect(reports).to.have.length(4);
     expect(new Set(batches.map((b) => b.shard)).size).to.equal(batches.length);
     const mine = reports.filter((r) => r.keyId === KEY);
-    expect(batches.every((b) => b.round === 0)).to.equal(true);
+    // The first round's batches carry round 1, the round its heartbeat states (0 is a partial batch).
+    expect(batches.every((b) => b.round === 1)).to.equal(true);
+    expect(link.beats.map((b) => b.selfGranted.size)).to.deep.equal([0]);
     expect(mine.map((r) => [r.windowMs, r.spent, r.selfGrant])).to.have.deep.members([
       [1000, 8, false],
       [60_000, 8, false],
@@ -322,7 +324,8 @@ describe('lease node: the decision path', () => {
     expect(quiet().map((r) => r.demand)).to.deep.equal([0.9375, 0.9375]); // round 1: 120/256 × 2
     const between = Array.from({ length: 6 }, quiet).flat(); // rounds 2–7
     // Round 4 (demand 0.77 × h < 1): it gives back the 2 it held; round 5 is its first quiet round since.
-    expect(between.map((r) => [r.round, r.windowMs, r.held, r.released])).to.have.deep.members([
+    // (Batches count rounds from 1, as heartbeats do: round 4 is the fifth, batch round 5.)
+    expect(between.map((r) => [r.round - 1, r.windowMs, r.held, r.released])).to.have.deep.members([
       [4, 1000, 0, 2],
       [4, 60_000, 0, 2],
       [5, 1000, 0, 2],
