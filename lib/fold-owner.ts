@@ -800,7 +800,8 @@ function held(lease: Lease): number {
 /**
  * issued + self-granted − released over the leases, a float's credit counted once whether it is
  * still in the float or moved out to a lease — and never less than what leases say they took from
- * floats, even if a float's own grant were missing from a replayed log.
+ * floats, even if a float's own grant were missing from a replayed log. A lease that spent more than
+ * that (a degraded node's fail-open admissions, charged to the window) commits what it spent.
  */
 function committed(l: Ledger): number {
   const t = tally(l);
@@ -808,8 +809,8 @@ function committed(l: Ledger): number {
 }
 
 /**
- * A ledger's sums: nodes' leases' issued + self-granted − released − floated (`direct`), floats'
- * issued, and what leases took from floats.
+ * A ledger's sums: nodes' leases' issued + self-granted − released − floated, plus what they spent
+ * beyond it (`direct`), floats' issued, and what leases took from floats.
  */
 function tally(l: Ledger): { direct: number; floats: number; floated: number } {
   let direct = 0;
@@ -817,7 +818,7 @@ function tally(l: Ledger): { direct: number; floats: number; floated: number } {
   let floated = 0;
   for (const lease of l.leases) {
     if (lease.float) floats += lease.issued;
-    else direct += lease.issued + lease.selfIssued - lease.released - lease.floated;
+    else direct += lease.issued + lease.selfIssued - lease.released - lease.floated + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
     floated += lease.floated;
   }
   return { direct, floats, floated };

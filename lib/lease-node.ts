@@ -35,7 +35,7 @@ const IDLE_REPORT_ROUNDS = 8;
  */
 export class LeaseNode {
   readonly buckets: BucketMap;
-  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0 };
+  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0, charged: 0 };
   private roundNo = 0;
   /** Seq of the last report sent: every report carries a higher one, so the owner keeps the newest. */
   private reportSeq = 0;
@@ -125,6 +125,28 @@ export class LeaseNode {
     }
     if (!short) return this.take(subject, cost);
     return this.fastPath(subject, cost);
+  }
+
+  /**
+   * Charges `cost` to every window of `limits` for a request admitted without credit (the middleware
+   * failing open while this node is degraded, F5): spent like any admission, so it is reported once
+   * owners are back and the window holds no credit for it afterwards. Credit goes below zero; grants
+   * fill that first.
+   */
+  charge(keyId: string, limits: ResolvedLimits, cost = 1): void {
+    const now = this.clock.now();
+    const subject = this.buckets.get(keyId, limits, now, this.roundNo);
+    const windows = limits.windows;
+    for (let i = 0; i < windows.length; i++) {
+      const b = subject.buckets[i] as Bucket;
+      const w = windows[i]!;
+      const id = windowIdAt(now, w.windowMs, b.offset);
+      if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+      b.spent += cost;
+      b.dirty = true;
+    }
+    this.touch(subject);
+    this.stats.charged += cost;
   }
 
   /** Applies a message from an owner; returns whether it changed anything. */

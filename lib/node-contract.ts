@@ -92,4 +92,6 @@ export interface LeaseNodeStats {
   adjustsApplied: number;
   selfGrants: number;
   reports: number;
+  /** Requests admitted without credit (fail-open while degraded) charged to their windows. */
+  charged: number;
 }

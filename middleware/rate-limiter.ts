@@ -224,8 +224,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       }
       if (result.unavailable) {
         // Degraded and out of credit (F5): the limiter cannot decide; fail open (or closed) and let
-        // the backstop bind.
-        fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass);
+        // the backstop bind. What fails open is charged to the windows, reported once owners are back.
+        fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass, () => node.charge(keyId, limits));
         return;
       }
       stats.quotaDenied++;
@@ -238,7 +238,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     }
   }
 
-  function fault(req: Request, res: Response, next: NextFunction, err: unknown, keyId: string | undefined, routeClass: string): void {
+  /** A limiter fault: 503 on a fail-closed route, else admitted (`admitted` runs first, if given). */
+  function fault(req: Request, res: Response, next: NextFunction, err: unknown, keyId: string | undefined, routeClass: string, admitted?: () => void): void {
     const correlationId = correlationIdOf(req);
     if (!res.headersSent) commonHeaders(res);
     let closed = false;
@@ -256,6 +257,11 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     }
     stats.failOpen++;
     logger.warn({ err, keyId, correlationId, routeClass }, 'limiter fault: request admitted (fail-open)');
+    try {
+      admitted?.();
+    } catch (chargeErr) {
+      logger.error({ err: chargeErr, keyId, correlationId }, 'fail-open admission not charged to its window');
+    }
     next();
   }
 

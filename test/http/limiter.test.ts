@@ -239,6 +239,11 @@ describe('rateLimiter middleware', () => {
     const res = await request(app).get('/x').set({ 'x-key': 'k-12345678' });
     expect(res.headers['x-ratelimit-degraded']).to.equal('true');
     expect(limiter.node.degraded).to.equal(true);
+    // Nothing held for the new burst window: admitted failing open, and charged to both windows.
+    expect(res.status).to.equal(200);
+    expect(limiter.stats.failOpen).to.equal(1);
+    expect(limiter.node.stats.charged).to.equal(1);
+    expect(limiter.node.buckets.peek(limiter.hasher.hash('k-12345678'))!.buckets.map((b) => b.spent)).to.deep.equal([1, 2]);
     up = true;
     limiter.node.endRound();
     expect((await request(app).get('/x').set({ 'x-key': 'k-12345678' })).headers['x-ratelimit-degraded']).to.equal(undefined);

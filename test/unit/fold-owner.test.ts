@@ -113,6 +113,17 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o2.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(1000 - issuedToN - 250);
   });
 
+  it('counts what a lease spent beyond its credit (a degraded node failing open, charged) as committed: issued again to nobody', () => {
+    const o = owner(4, 0);
+    expect(o.onCreditRequest(req('a', 1, 1))!.issued).to.be.above(0);
+    const issued = o.issued(KEY, W, WID);
+    // a spent 600 while cut off, though it held only what it was issued.
+    o.onReports({ ...batch('a', 'a-e1', 5, 600), reports: [{ ...batch('a', 'a-e1', 5, 600).reports[0]!, issued }] });
+    expect(o.committed(KEY, W, WID)).to.equal(600);
+    expect(o.onCreditRequest(req('b', 1, 10_000))!.issued).to.equal(400);
+    expect(o.onCreditRequest(req('c', 1, 10_000, false))).to.equal(undefined);
+  });
+
   it('holds back the reserve (R = 2 %) from ordinary grants', () => {
     const o = owner(1);
     expect(o.onCreditRequest(req('a', 1, 1000, false))!.issued).to.equal(980);
@@ -241,22 +252,28 @@ describe('fold owner: the only issuer of credit', () => {
         const limit = 1 + Math.floor(rand() * 2000);
         const o = owner(fleet, rand() * 0.05);
         const spent = new Map<string, number>();
+        // What each node process was granted: it spends no more (a degraded node's charged
+        // fail-open admissions aside, which are not part of this property).
+        const granted = new Map<string, number>();
+        const note = (msgs: ReadonlyArray<{ type: string; nodeEpoch: string; issued?: number } | undefined>): void => {
+          for (const m of msgs) if (m?.type === 'grant') granted.set(m.nodeEpoch, Math.max(granted.get(m.nodeEpoch) ?? 0, m.issued!));
+        };
         // Batches held back and delivered later, out of order, some more than once.
         const late: ReportBatch[] = [];
         for (let step = 0; step < 400; step++) {
           const node = `n${Math.floor(rand() * fleet)}`;
           const epoch = `${node}-e${rand() < 0.05 ? 2 : 1}`;
           if (rand() < 0.5) {
-            o.onCreditRequest({ ...req(node, 1 + Math.floor(rand() * 50), Math.floor(rand() * 300), rand() < 0.5, limit), nodeEpoch: epoch, spent: spent.get(epoch) ?? 0 });
+            note([o.onCreditRequest({ ...req(node, 1 + Math.floor(rand() * 50), Math.floor(rand() * 300), rand() < 0.5, limit), nodeEpoch: epoch, spent: spent.get(epoch) ?? 0 })]);
           } else {
-            const s = (spent.get(epoch) ?? 0) + Math.floor(rand() * 20);
+            const s = Math.min(granted.get(epoch) ?? 0, (spent.get(epoch) ?? 0) + Math.floor(rand() * 20));
             spent.set(epoch, s);
             const b = batch(node, epoch, step, s, Math.floor(rand() * 300), limit);
             if (rand() < 0.3) late.push(b);
-            else o.onReports(b);
-            if (rand() < 0.2) o.onReports(b); // duplicate delivery
+            else note(o.onReports(b));
+            if (rand() < 0.2) note(o.onReports(b)); // duplicate delivery
           }
-          if (late.length && rand() < 0.3) o.onReports(late.splice(Math.floor(rand() * late.length), 1)[0]!);
+          if (late.length && rand() < 0.3) note(o.onReports(late.splice(Math.floor(rand() * late.length), 1)[0]!));
           expect(o.committed(KEY, W, WID)).to.be.at.most(limit);
         }
       });

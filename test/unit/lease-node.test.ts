@@ -58,6 +58,30 @@ describe('lease node: the decision path', () => {
     expect(s.buckets.map((b) => b.credit)).to.deep.equal([0, 0]);
   });
 
+  it('charges a request admitted without credit (fail-open, degraded) to every window: reported, and the next grant fills the gap first', () => {
+    const link = grantingLink({ 1000: 2, 60_000: 2 });
+    const node = makeNode(link);
+    node.acquire(KEY, free);
+    node.acquire(KEY, free); // both credits of each window spent
+    node.charge(KEY, free);
+    node.charge(KEY, free);
+    const s = node.buckets.peek(KEY)!;
+    expect(s.buckets.map((b) => [b.spent, b.credit])).to.deep.equal([
+      [4, -2],
+      [4, -2],
+    ]);
+    expect(node.stats.charged).to.equal(2);
+    const reports = node.endRound().flatMap((b) => b.reports);
+    expect(reports.map((r) => [r.spent, r.held])).to.deep.equal([
+      [4, 0],
+      [4, 0],
+    ]);
+    // A grant raising the burst window's issued to 5 leaves 1: the two charged took the rest.
+    const burst = link.requests.flat().find((r) => r.windowMs === 1000)!;
+    expect(node.onMessage(grantFor(burst, 5, 99))).to.equal(true);
+    expect(s.buckets[0]!.credit).to.equal(1);
+  });
+
   it('admits from held credit with no call to the owner', () => {
     const link = grantingLink({ 1000: 10, 60_000: 100 });
     link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: q.windowMs === 1000 ? 10 : 100 }))))(link.answer);
