@@ -25,6 +25,8 @@ export interface GatewayNode {
   readonly running: boolean;
   /** Sends `signal` (default SIGKILL) and resolves once the process has exited. Only for signals that end it. */
   kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Stops the process's whole world for `ms` (SIGSTOP, then SIGCONT), as a long GC or a starved CPU would. */
+  pause(ms: number): Promise<void>;
   /** Starts the node again with the same env, port and nodeId (stopping it first if it still runs); resolves when /healthz is 200. */
   restart(): Promise<void>;
   /** SIGTERM, then SIGKILL after 3 s; idempotent. */
@@ -180,6 +182,17 @@ class Gateway implements GatewayNode {
   /** The captured output, or a note on where it went. */
   private outputForError(): string {
     return this.stdio === 'inherit' ? '(shown above: stdio is inherit)' : this.captured || '(none)';
+  }
+
+  async pause(ms: number): Promise<void> {
+    const child = this.child;
+    if (!child || exited(child)) throw new Error(`${this.nodeId} is not running`);
+    child.kill('SIGSTOP');
+    try {
+      await sleep(ms);
+    } finally {
+      child.kill('SIGCONT');
+    }
   }
 
   async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {

@@ -18,7 +18,7 @@ import { statusAfterRetries } from '../support/http.js';
 
 const HOUR = 3_600_000;
 const KEY_HASH_SECRET = 'cluster-e2e-key-hash-secret';
-const SCENARIOS = ['pinned', 'round-robin', 'kill', 'restart', 'outage', 'after'] as const;
+const SCENARIOS = ['pinned', 'round-robin', 'kill', 'restart', 'stall', 'outage', 'after'] as const;
 const hasher = new KeyHasher([{ version: 'v1', secret: KEY_HASH_SECRET }]);
 
 /** The demo policy with four 1000-per-hour keys per scenario (each scenario needs a fresh allowance). */
@@ -159,6 +159,28 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     const admitted = (first[200] ?? 0) + (second[200] ?? 0);
     expect(admitted).to.be.at.most(1000);
     expect(admitted).to.be.at.least(1000 - Math.ceil(1000 / 3));
+  });
+
+  it('SIGSTOP of the key’s shard owner (50 ms, 1 s, 4 s) and of another node (2 s) under round-robin load: never past the allowance', async () => {
+    const { key, shard } = keyFor('stall');
+    const counts: Record<number, number> = {};
+    const add = (c: Record<number, number>): void => {
+      for (const [status, n] of Object.entries(c)) counts[Number(status)] = (counts[Number(status)] ?? 0) + n;
+    };
+    for (const [who, ms] of [['owner', 50], ['owner', 1000], ['other', 2000], ['owner', 4000]] as const) {
+      const { node: owner } = await ownerOf(shard);
+      const victim = who === 'owner' ? owner : fleet.nodes.find((n) => n !== owner)!;
+      const paused = victim.pause(ms);
+      // Requests sent to the stopped process wait for it, as a load balancer's would.
+      add(await drive(fleet.nodes, key, 300, (i) => i));
+      await paused;
+    }
+    add(await drive(fleet.nodes, key, 600, (i) => i));
+    // No window boundary in this test (an hourly key with minutes left): no self-grant is allowed, so
+    // not one request past the allowance. Credit a stopped process held is lost to the window.
+    expect(counts[200] ?? 0, JSON.stringify(counts)).to.be.at.most(1000);
+    expect(counts[200] ?? 0, JSON.stringify(counts)).to.be.at.least(500);
+    expect((counts[200] ?? 0) + (counts[429] ?? 0)).to.equal(1800);
   });
 
   it('a policy change through the admin API reaches every running node process without a restart', async () => {
