@@ -49,7 +49,7 @@ export class LeaseNode {
   private readonly selfGrantShards = new Map<number, { end: number; round: number }>();
   /**
    * The final report of each self-granted bucket evicted before its window ended: sent again every
-   * round until then, since owners take every batch of a round as carrying all its self-grants.
+   * round until then, since owners take every batch after a self-grant as carrying it.
    */
   private readonly evictedSelfGrants = new Map<string, { shard: number; report: Report; end: number }>();
   /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
