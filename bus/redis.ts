@@ -1136,7 +1136,6 @@ interface ScriptCommands {
   frlSnapshot(...args: string[]): Promise<string | null>;
 }
 
-/** What `lua/round.lua` returns. */
 /**
  * A member's heartbeat statement as stored by the round script (`beatField`), its times mapped by
  * `at`; undefined when there is none (a release that writes none: `lib/membership.ts` then applies
@@ -1159,6 +1158,7 @@ function parseBeat(field: string, at: (redisMs: number) => number): Heartbeat | 
   return { freshAt: at(Number(m[1])), stale, selfGranted };
 }
 
+/** What `lua/round.lua` returns. */
 type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
 
 function flatFields(f: EnvelopeFields): string[] {
