@@ -296,9 +296,11 @@ export function createAdminApp(o: AdminOptions): Express {
 
   v1.get('/jobs/:id', admin, route(async (req, res) => {
     const [id] = valid<[string]>([jobId, req.params.id, 'id']);
+    // The state first, then the job: a job read as completed was read with its result.
+    const state = o.queue === undefined ? 'unknown' : await o.queue.getJobState(id);
     const job = o.queue === undefined ? undefined : await o.queue.getJob(id);
-    if (job === undefined || job === null) return problem(res, 404, 'NO_SUCH_JOB', 'No such job');
-    res.json({ id: job.id, name: job.name, state: await job.getState(), result: job.returnvalue ?? null, failedReason: job.failedReason ?? null, finishedOn: job.finishedOn ?? null });
+    if (job === undefined || job === null || state === 'unknown') return problem(res, 404, 'NO_SUCH_JOB', 'No such job');
+    res.json({ id: job.id, name: job.name, state, result: job.returnvalue ?? null, failedReason: job.failedReason ?? null, finishedOn: job.finishedOn ?? null });
   }));
 
   /** Every key id a raw key has had: hashed under each retained key-hash version. */

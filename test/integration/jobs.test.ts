@@ -8,7 +8,7 @@ import { EventLog, type LimitEvent } from '../../bus/events.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
-import { TEST_KEY_HASH } from '../support/fixtures.js';
+import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
 import { POLICY_SIGNER, redisLimiter, SHARDS, until } from '../support/redis-members.js';
 
@@ -86,13 +86,14 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   });
 
   it('a node records every 429 as a limit event (key id, window, class, correlation id; never the raw key), off the request path', async () => {
-    const limiter = redisLimiter(redis.url, prefix, 'events-node', 'sk_live_customer_one');
+    // Ten a minute: the twelve requests share one window however slowly a loaded machine sends them.
+    const policy = demoPolicy({ plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit: 10, windowMs: 60_000 }, { name: 'sustained', limit: 100, windowMs: 3_600_000 }] } } });
+    const limiter = redisLimiter(redis.url, prefix, 'events-node', 'sk_live_customer_one', { policy });
     cleanup.push(() => limiter.close());
     await limiter.ready();
     const app = express().use(limiter).use((_req, res) => {
       res.json({ ok: true });
     });
-    // At once, so that they fall in one window of 10 even on a machine too busy to send 12 in a second.
     const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => request(app).get('/x').set('x-correlation-id', `corr-${i}`)));
     const statuses = answers.map((r) => r.status);
     // The window each 429 named: burst, or — on a machine so busy that a first ask came back with
