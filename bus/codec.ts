@@ -219,6 +219,13 @@ export function secretKeys(versions: readonly BusSecretVersion[], current: strin
   return { keys, current: chosen };
 }
 
+/** Whether `got` is the base64url MAC `want`, compared in constant time. */
+export function sameMac(want: string, got: unknown): boolean {
+  const w = Buffer.from(want, 'base64url');
+  const g = typeof got === 'string' ? Buffer.from(got, 'base64url') : Buffer.alloc(0);
+  return g.length === w.length && timingSafeEqual(g, w);
+}
+
 /**
  * Seals and opens envelopes with the bus secret. Writes under the current version; accepts any
  * retained version, so the secret can be rotated one node at a time.
@@ -245,9 +252,7 @@ export class EnvelopeCodec {
     if (key === undefined) throw new EnvelopeError('secret', `kid: unknown bus secret version ${JSON.stringify(f.kid)}`);
     if (typeof f.t !== 'string' || !Object.hasOwn(decoders, f.t)) throw new EnvelopeError('malformed', `t: unknown type ${JSON.stringify(f.t)}`);
     if (typeof f.b !== 'string' || typeof f.mac !== 'string') throw new EnvelopeError('malformed', 'b, mac: must be strings');
-    const want = Buffer.from(this.mac(key, f.v, f.t, f.b), 'base64url');
-    const got = Buffer.from(f.mac, 'base64url');
-    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new EnvelopeError('mac', 'mac: does not match (forged, or signed with another secret)');
+    if (!sameMac(this.mac(key, f.v, f.t, f.b), f.mac)) throw new EnvelopeError('mac', 'mac: does not match (forged, or signed with another secret)');
     let raw: unknown;
     try {
       raw = JSON.parse(f.b);

@@ -1,5 +1,5 @@
-import { createHmac, timingSafeEqual, type KeyObject } from 'node:crypto';
-import { secretKeys, type BusSecretVersion } from './codec.js';
+import { createHmac, type KeyObject } from 'node:crypto';
+import { sameMac, secretKeys, type BusSecretVersion } from './codec.js';
 
 /** What the policy store signs: the policy document (overrides are part of it) and the kill switch. */
 export type SignedKind = 'policy' | 'switch';
@@ -43,9 +43,7 @@ export class StoreSigner {
     if (kid === undefined && mac === undefined) throw new StoreRecordError('unsigned', `${kind}: not signed (no kid, no mac)`);
     const key = typeof kid === 'string' ? this.keys.get(kid) : undefined;
     if (key === undefined) throw new StoreRecordError('secret', `${kind}.kid: unknown policy secret version ${JSON.stringify(kid)}`);
-    const want = Buffer.from(this.mac(key, kind, payload), 'base64url');
-    const got = typeof mac === 'string' ? Buffer.from(mac, 'base64url') : Buffer.alloc(0);
-    if (got.length !== want.length || !timingSafeEqual(got, want)) throw new StoreRecordError('mac', `${kind}.mac: does not match (forged, or signed with another secret)`);
+    if (!sameMac(this.mac(key, kind, payload), mac)) throw new StoreRecordError('mac', `${kind}.mac: does not match (forged, or signed with another secret)`);
   }
 
   private mac(key: KeyObject, kind: SignedKind, payload: string): string {
