@@ -87,7 +87,7 @@ export class PolicyStore {
    * stored record is not one signed under the policy secret, or is malformed.
    */
   async current(): Promise<StoredPolicy | undefined> {
-    const [, json, kid, mac] = await this.redis.hmget(this.key('current'), 'version', 'json', 'kid', 'mac');
+    const [json, kid, mac] = await this.redis.hmget(this.key('current'), 'json', 'kid', 'mac');
     return json === null || json === undefined ? undefined : this.open(json, kid, mac);
   }
 
