@@ -30,7 +30,6 @@ interface AskGroup {
   readonly grants: Grant[];
   missed: boolean;
   readonly start: number;
-  readonly deadlineMs: number;
   /** A warm-up ask: not counted in the fast-path figures. */
   readonly probe: boolean;
   /** Settled (all answered, or expired). */
@@ -59,7 +58,7 @@ export class FastPath {
    */
   ask(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
     return new Promise((resolve) => {
-      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), deadlineMs, probe, done: false, resolve };
+      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, done: false, resolve };
       const stats = this.hooks.stats;
       for (const [owner, requests] of remote) {
         const id = ++this.seq;
@@ -69,11 +68,17 @@ export class FastPath {
         stats.asksSent++;
         if (direct) stats.asksDirect++;
       }
-      // Node's timers count from the loop's cached time, so one may fire early; until the deadline has
-      // really passed, look again after each turn of the loop (which is when an answer is read).
+      // The deadline bounds the owner's time, not this process's: an answer that came while this
+      // loop was busy (a GC pause, a starved CPU, a burst of requests) is in time if it is read in the
+      // first turn of the loop after the deadline passed. Timers run before the loop reads its
+      // sockets, so the ask misses only at a check (setImmediate, after the sockets are read) made
+      // once the deadline had passed at the previous look. (Node's timers also count from the
+      // loop's cached time, so one may fire early: the first look then says "not yet".)
+      let passed = false;
       const expire = (): void => {
         if (group.done) return;
-        if (performance.now() - group.start < deadlineMs) {
+        if (!passed) {
+          passed = performance.now() - group.start >= deadlineMs;
           setImmediate(expire);
           return;
         }
@@ -92,12 +97,10 @@ export class FastPath {
     const rtt = performance.now() - group.start;
     if (!group.probe) this.rtts[this.rttCount++ % this.rtts.length] = rtt;
     const current = this.hooks.current(messages);
-    if (group.done || rtt > group.deadlineMs) {
+    if (group.done) {
       // Too late for its request — the deadline is hard — but the credit is kept for the next one.
       if (!group.probe) this.hooks.stats.answersLate++;
       for (const m of current) this.hooks.deliver(m);
-      if (!group.done && !group.probe) this.hooks.stats.fastPathTimeouts++;
-      this.finish(group, false);
       return true;
     }
     const epoch = this.hooks.nodeEpoch();
