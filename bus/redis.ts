@@ -2,12 +2,13 @@ import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
-import { presentAt, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
+import { presentAt, REACH_ROUNDS, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
 import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
+import { LoopStalls } from './loop-stall.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
@@ -20,6 +21,8 @@ export interface RedisBusOptions extends RedisConnectionOptions {
   readonly degradedAfterMs: number;
   readonly clock?: Clock;
   readonly logger?: Logger;
+  /** This process's event-loop stalls, not counted as owner silence (one is started if not given). */
+  readonly loop?: LoopStalls;
 }
 
 /** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
@@ -72,6 +75,11 @@ interface Owned {
 
 interface Member extends Presence {
   epoch: string;
+  /**
+   * Node side: whether, by Redis's clock, it had checked in within REACH_ROUNDS when our last round
+   * reply was made. Judged apart from our own round's age, so neither eats the other's margin.
+   */
+  fresh: boolean;
 }
 
 /** Counters of the Redis bus (metrics, tests, the benchmark). */
@@ -120,6 +128,8 @@ export class RedisBus implements Bus {
   private readonly fast: Client;
   private readonly codec: EnvelopeCodec;
   private readonly clock: Clock;
+  private readonly loop: LoopStalls;
+  private readonly ownLoop: boolean;
   private readonly prefix: string;
   private readonly cluster: boolean;
   private identity?: NodeIdentity;
@@ -166,6 +176,8 @@ export class RedisBus implements Bus {
   constructor(private readonly opts: RedisBusOptions) {
     this.codec = new EnvelopeCodec(opts.busSecret.versions, opts.busSecret.current);
     this.clock = opts.clock ?? systemClock;
+    this.ownLoop = opts.loop === undefined;
+    this.loop = opts.loop ?? LoopStalls.started(this.clock);
     this.prefix = opts.prefix ?? 'frl';
     this.cluster = opts.clusterNodes !== undefined;
     this.table = new Array<Ownership | undefined>(opts.shards);
@@ -299,6 +311,7 @@ export class RedisBus implements Bus {
     this.closed = true;
     this.readyReject?.(new Error('the bus was closed before it was ready'));
     this.readyResolve = undefined;
+    if (this.ownLoop) this.loop.stop();
     this.fastPath.close();
     const closing = this.direct?.close();
     const owned = [...this.owned.keys()];
@@ -422,10 +435,12 @@ export class RedisBus implements Bus {
       const id = flatMembers[i]!;
       const lastSeen = local(Number(flatMembers[i + 1]));
       const epoch = flatMembers[i + 2]!;
+      const fresh = withinReach(Number(flatMembers[i + 1]), redisNow, roundMs);
       seen.add(id);
       let m = this.members.get(id);
-      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch }));
+      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh }));
       else {
+        m.fresh = fresh;
         // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
         // process under the same name has none: it starts at zero (L6).
         heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
@@ -440,6 +455,7 @@ export class RedisBus implements Bus {
     const left = new Map<string, number>();
     for (let i = 0; i + 1 < flatLeft.length; i += 2) left.set(flatLeft[i]!, got - (redisNow - Number(flatLeft[i + 1])));
     for (const [id, m] of this.members) {
+      if (!seen.has(id)) m.fresh = false;
       const leftAt = left.get(id);
       if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) this.members.delete(id);
     }
@@ -577,8 +593,18 @@ export class RedisBus implements Bus {
     const o = this.owned.get(shard);
     const mono = this.clock.monotonic();
     // Out of touch with Redis, an owner stops too: it could not log what it grants, and its peers
-    // already count it as out of reach.
+    // already count it as out of reach. On the full time, stalls included: back from one, it must
+    // learn of members that joined meanwhile (and may self-grant) before it issues again.
     return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.lastRoundOk, mono, this.opts.roundMs);
+  }
+
+  /**
+   * Node side: whether our last round reply is recent, counting only the time this loop was running —
+   * a stall of our own (GC, a starved CPU, a burst of requests) is not Redis's or an owner's silence.
+   * Never for what an owner may issue (`serving`).
+   */
+  private inTouch(): boolean {
+    return this.loop.awakeSince(this.lastRoundOk) < REACH_ROUNDS * this.opts.roundMs;
   }
 
   private reachable(shard: number): boolean {
@@ -587,10 +613,10 @@ export class RedisBus implements Bus {
     const mono = this.clock.monotonic();
     if (this.mine(shard)) return this.serving(shard);
     // The owner's process must still be the one heard from: a restarted node does not answer for
-    // shards its previous process held.
+    // shards its previous process held. Our own round's age counts only the time this loop was
+    // running (a stall of ours is not the owner's silence); the owner's, by Redis's clock.
     const m = this.members.get(o.owner);
-    const roundMs = this.opts.roundMs;
-    return withinReach(this.lastRoundOk, mono, roundMs) && m !== undefined && m.epoch === o.ownerProcess && withinReach(m.lastSeen, mono, roundMs) && mono < o.expiresAt;
+    return m !== undefined && m.fresh && m.epoch === o.ownerProcess && mono < o.expiresAt && this.inTouch();
   }
 
   /**
@@ -949,8 +975,7 @@ export class RedisBus implements Bus {
    * out of reach stops issuing within its lease anyway).
    */
   private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): Promise<boolean> | undefined {
-    const mono = this.clock.monotonic();
-    if (droppable && (!withinReach(this.lastRoundOk, mono, this.opts.roundMs) || this.inflight > 4 * this.opts.shards)) return undefined;
+    if (droppable && (!this.inTouch() || this.inflight > 4 * this.opts.shards)) return undefined;
     this.inflight++;
     return conn
       .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))

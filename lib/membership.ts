@@ -3,7 +3,9 @@
  * and the Redis bus alike), so the simulator measures the rule production runs.
  *
  * Timeline of a member cut off after its last heartbeat at t (T = one round):
- *   t + REACH_ROUNDS·T      it counts its owners out of reach (no more heartbeats reach them)
+ *   t + REACH_ROUNDS·T      it counts its owners out of reach (no more heartbeats reach them; the
+ *                           Redis bus counts it in its own running time, stalls of its event loop
+ *                           left out, so maybe later — which only delays what follows)
  *   t + SILENT_ROUNDS·T     owners count it silent and hold its possible self-grant back
  *   t + (REACH + 2)·T       it stops the fast path (F2: two missed rounds)
  * and it grants itself credit (F4) only into a window that began at least AHEAD + SILENT + SKEW rounds

@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { LoopStalls } from '../bus/loop-stall.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
 import type { LeaseNode } from '../lib/lease-node.js';
@@ -11,6 +12,8 @@ export interface MetricSources {
   readonly node: LeaseNode;
   readonly owner: FoldOwner;
   readonly bus: Bus;
+  /** This process's event-loop stalls. */
+  readonly loop: LoopStalls;
   /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
   readonly events?: { readonly dropped: number };
   /** Stored policy and kill-switch records this node refused, by reason (with Redis). */
@@ -119,6 +122,15 @@ export class LimiterMetrics {
         this.set(src.node.longestSilenceMs() / 1000);
       },
     });
+    new Gauge({
+      name: 'fleet_ratelimit_event_loop_lag_seconds',
+      help: 'Worst lateness of this process\'s event loop since the last scrape (its timer, due every 10 ms).',
+      registers: [r],
+      collect() {
+        this.set(src.loop.takeWorstLag() / 1000);
+      },
+    });
+    fromNode('fleet_ratelimit_event_loop_stalled_seconds_total', 'Time this process\'s event loop was stalled (over 5 ms late): not counted as owner or Redis silence.', () => src.loop.stalledMs / 1000);
     new Gauge({ name: 'fleet_ratelimit_degraded', help: '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', registers: [r], collect() { this.set(src.node.degraded ? 1 : 0); } });
     new Gauge({
       name: 'fleet_ratelimit_lease_credit',

@@ -5,6 +5,7 @@ import { MemoryBus } from '../bus/memory.js';
 import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
 import { StoreSigner } from '../bus/store-signature.js';
 import { EventLog } from '../bus/events.js';
+import { LoopStalls } from '../bus/loop-stall.js';
 import { connect } from '../bus/redis-connection.js';
 import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
@@ -81,10 +82,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   const nodeEpoch = randomUUID();
   const ownBus = cfg.bus === undefined;
+  // This process's own stalls: exported, and not taken for owner silence.
+  const loop = LoopStalls.started(clock);
   const bus: Bus =
     cfg.bus ??
     (cfg.redis !== undefined
-      ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger })
+      ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop })
       : new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock }));
   const { node, owner } = joinFleet(
     bus,
@@ -113,7 +116,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   flushTimer?.unref();
   // With Redis, the live policy's feed (set up at the end).
   let feed: PolicyFeed | undefined;
-  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
+  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -311,6 +314,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       closing ??= (async () => {
         clearInterval(timer);
         clearInterval(flushTimer);
+        loop.stop();
         await feed?.close();
         await events?.flush();
         await eventsRedis?.quit().catch(() => eventsRedis.disconnect());

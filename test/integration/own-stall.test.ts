@@ -1,0 +1,48 @@
+import { expect } from 'chai';
+import { fleetSuite, limits, placeOf, until, type Member } from '../support/redis-members.js';
+
+/** Keeps this process's event loop busy for `ms`, as a long GC pause or a starved CPU would. */
+function stall(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    /* nothing else runs */
+  }
+}
+
+describe('A stall of the node’s own event loop is not owner silence (real redis-server)', function () {
+  this.timeout(30_000);
+  const ctx = fleetSuite('stall');
+
+  /** Two members that both own shards; a shard of `b` as `a` sees the table. */
+  const pair = async (): Promise<{ a: Member; b: Member; shardOfB: number }> => {
+    const a = ctx.join('a');
+    const b = ctx.join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    await until(() => a.bus.ownedShards().length > 0 && b.bus.ownedShards().length > 0, 'both to own shards');
+    await until(() => a.node.silenceMs(a.bus.owners().findIndex((o) => o?.owner === 'b')) === 0, 'a to reach b');
+    return { a, b, shardOfB: a.bus.owners().findIndex((o) => o?.owner === 'b') };
+  };
+
+  it('right after a 150 ms stall the owner still counts as reachable: the fast path is not shut', async () => {
+    const { a, shardOfB } = await pair();
+    let i = 0;
+    while (placeOf(`v1:stall${i}`.padEnd(25, 'k')).shard !== shardOfB) i++;
+    const asks = a.bus.stats.asksSent;
+    // Six rounds: twice REACH_ROUNDS without a round reply on the full time, yet within b's lease on
+    // the shard (LEASE_ROUNDS; past it, the table entry itself lapses and nobody is reachable).
+    stall(150);
+    expect(a.node.silenceMs(shardOfB), 'silence of b as a judges it right after the stall').to.equal(0);
+    void a.node.acquire(`v1:stall${i}`.padEnd(25, 'k'), limits(100));
+    expect(a.bus.stats.asksSent, 'a asked b instead of refusing for want of contact').to.equal(asks + 1);
+  });
+
+  it('a real silence still counts: with Redis paused, the owner is out of reach within a few rounds', async function () {
+    if (ctx.redis.external) this.skip(); // pauses the server
+    const { a, shardOfB } = await pair();
+    await ctx.raw.call('CLIENT', 'PAUSE', '600', 'ALL');
+    await new Promise((r) => setTimeout(r, 400));
+    const silence = a.node.silenceMs(shardOfB);
+    expect(silence, 'no round reply for 400 ms while the loop ran').to.be.greaterThan(100);
+    await until(() => a.node.silenceMs(shardOfB) === 0, 'contact again once Redis is back');
+  });
+});
