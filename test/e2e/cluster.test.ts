@@ -47,15 +47,26 @@ function keyFor(scenario: (typeof SCENARIOS)[number]): { key: string; keyId: str
   throw new Error('every candidate key is about to roll over');
 }
 
-/** Sends `n` GETs as `key`, spread over `nodes` by `pick`, four at a time; counts the statuses. */
+/**
+ * Sends `n` GETs as `key`, spread over `nodes` by `pick`, four at a time; counts the statuses. A
+ * request whose kept-alive connection was reset (a process just back from SIGSTOP closing sockets
+ * idle past its keep-alive timeout as the client reuses them) counts as status 0: it may or may not
+ * have been admitted.
+ */
 async function drive(nodes: readonly GatewayNode[], key: string, n: number, pick: (i: number) => number): Promise<Record<number, number>> {
   const counts: Record<number, number> = {};
   let next = 0;
   const worker = async (): Promise<void> => {
     for (let i = next++; i < n; i = next++) {
-      const res = await fetch(`${nodes[pick(i) % nodes.length]!.url}/api/hello`, { headers: { 'x-api-key': key } });
-      await res.body?.cancel();
-      counts[res.status] = (counts[res.status] ?? 0) + 1;
+      let status = 0;
+      try {
+        const res = await fetch(`${nodes[pick(i) % nodes.length]!.url}/api/hello`, { headers: { 'x-api-key': key } });
+        await res.body?.cancel();
+        status = res.status;
+      } catch (err) {
+        if ((err as { cause?: { code?: string } }).cause?.code !== 'ECONNRESET') throw err;
+      }
+      counts[status] = (counts[status] ?? 0) + 1;
     }
   };
   await Promise.all([worker(), worker(), worker(), worker()]);
@@ -177,10 +188,11 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     }
     add(await drive(fleet.nodes, key, 600, (i) => i));
     // No window boundary in this test (an hourly key with minutes left): no self-grant is allowed, so
-    // not one request past the allowance. Credit a stopped process held is lost to the window.
-    expect(counts[200] ?? 0, JSON.stringify(counts)).to.be.at.most(1000);
+    // not one request past the allowance. Credit a stopped process held is lost to the window. A
+    // request whose connection was reset (0) may have been admitted: it counts toward the bound.
+    expect((counts[200] ?? 0) + (counts[0] ?? 0), JSON.stringify(counts)).to.be.at.most(1000);
     expect(counts[200] ?? 0, JSON.stringify(counts)).to.be.at.least(500);
-    expect((counts[200] ?? 0) + (counts[429] ?? 0)).to.equal(1800);
+    expect((counts[200] ?? 0) + (counts[429] ?? 0) + (counts[0] ?? 0)).to.equal(1800);
   });
 
   it('a policy change through the admin API reaches every running node process without a restart', async () => {
