@@ -3,7 +3,7 @@ import { BucketMap, type Subject } from './bucket-map.js';
 import type { Clock } from './clock.js';
 import { leaseTarget } from './lease-size.js';
 import { SILENT_ROUNDS } from './membership.js';
-import type { ResolvedLimits } from './policy.js';
+import type { ResolvedLimits, WindowSpec } from './policy.js';
 import { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
 import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
 import { windowEndMs, windowIdAt } from './window.js';
@@ -117,9 +117,7 @@ export class LeaseNode {
     let short = false;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
-      const w = windows[i]!;
-      const id = windowIdAt(now, w.windowMs, b.offset);
-      if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+      this.rollToNow(keyId, b, windows[i]!, now);
       b.roundDemand += cost;
       if (b.credit < cost) short = true;
     }
@@ -139,9 +137,7 @@ export class LeaseNode {
     const windows = limits.windows;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
-      const w = windows[i]!;
-      const id = windowIdAt(now, w.windowMs, b.offset);
-      if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+      this.rollToNow(keyId, b, windows[i]!, now);
       b.spent += cost;
       b.dirty = true;
     }
@@ -424,6 +420,12 @@ export class LeaseNode {
       subject.listed = true;
       this.touched.push(subject);
     }
+  }
+
+  /** Rolls `b` into the window of `w` running at `now`, if it is in an earlier one. */
+  private rollToNow(keyId: string, b: Bucket, w: WindowSpec, now: number): void {
+    const id = windowIdAt(now, w.windowMs, b.offset);
+    if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
   }
 
   private heard(shard: number): void {
