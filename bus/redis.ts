@@ -433,9 +433,10 @@ export class RedisBus implements Bus {
     const local = (t: number): number => sent - (redisNow - t);
     for (let i = 0; i + 3 < flatMembers.length; i += 4) {
       const id = flatMembers[i]!;
-      const lastSeen = local(Number(flatMembers[i + 1]));
+      const checkedIn = Number(flatMembers[i + 1]);
+      const lastSeen = local(checkedIn);
       const epoch = flatMembers[i + 2]!;
-      const fresh = withinReach(Number(flatMembers[i + 1]), redisNow, roundMs);
+      const fresh = withinReach(checkedIn, redisNow, roundMs);
       seen.add(id);
       let m = this.members.get(id);
       if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh }));
