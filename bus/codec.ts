@@ -59,6 +59,28 @@ export interface Bodies {
   hello: { nonce: string };
   /** A listener's answer to a connecting node's challenge: who it is, and the node's nonce. */
   greeting: PeerAddress & { nonce: string };
+  /**
+   * A member's heartbeat statement, stored beside its presence by the round script
+   * (`RedisBus.beatField`): who states it, and its contact and self-grant statement (`BeatStatement`).
+   * `left`: its last one, written as it leaves the fleet cleanly.
+   */
+  beat: { nodeId: string; nodeEpoch: string; statement: BeatStatement; left?: boolean };
+  /**
+   * The fence of a shard's grant log (`lua/fence.lua`): the owner process that took the shard over
+   * under this owner epoch. Writes of a lower epoch, or of another process, are refused.
+   */
+  fence: { shard: number; epoch: number; nodeId: string; nodeEpoch: string };
+}
+
+/**
+ * What a member's heartbeat states, in Redis ms (`lib/membership.ts`, `NodeBeat`): it had last heard
+ * from every shard's owner at `freshAt` or later except the `stale` ones ([time, shards] groups), and
+ * holds a self-grant in these shards since the report batch of this round ([shard, round] pairs).
+ */
+export interface BeatStatement {
+  freshAt: number;
+  stale: Array<[number, number[]]>;
+  selfGranted: Array<[number, number]>;
 }
 
 /** A node process's fast-path listener. */
@@ -176,6 +198,12 @@ const decodeEntry: Reader<LogEntry> = (v, p) => {
 };
 const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
 
+const pair = <A, B>(a: Reader<A>, b: Reader<B>): Reader<[A, B]> => (v, p) => {
+  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
+  return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
+};
+const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
+
 const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: decodeBatch,
   grants: object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) }),
@@ -185,6 +213,8 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
   greeting: object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str }),
   hello: object({ nonce: str }),
+  beat: object({ nodeId: str, nodeEpoch: str, statement: decodeStatement, left: optional(bool) }),
+  fence: object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str }),
 };
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
@@ -196,6 +226,8 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),
   greeting: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port, nonce: b.nonce }),
   hello: (b) => ({ nonce: b.nonce }),
+  beat: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted }, ...(b.left ? { left: 1 } : {}) }),
+  fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch }),
 };
 
 /**

@@ -5,7 +5,7 @@ import type { FleetView } from '../lib/fold-owner.js';
 import { presentAt, REACH_ROUNDS, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
+import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { LoopStalls } from './loop-stall.js';
@@ -36,6 +36,8 @@ const READ_COUNT = 500;
 
 const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
 const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
+const FENCE_SCRIPT = readFileSync(new URL('./lua/fence.lua', import.meta.url), 'utf8');
+const APPEND_GRANTS_SCRIPT = readFileSync(new URL('./lua/append-grants.lua', import.meta.url), 'utf8');
 /** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
 const CLAIM_EVERY_ROUNDS = 8;
 /** A blind takeover waits at most this many rounds for every member to report again. */
@@ -51,6 +53,8 @@ interface Ownership {
   readonly ownerProcess: string;
   readonly epoch: number;
   readonly expiresAt: number;
+  /** This very process, under an epoch its own round script claimed or renewed: never a written-in entry. */
+  readonly ours: boolean;
 }
 
 /** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
@@ -75,6 +79,12 @@ interface Owned {
 
 interface Member extends Presence {
   epoch: string;
+  /**
+   * Whether its last heartbeat statement verified (sealed with the bus secret, naming it): only such
+   * members may own shards. One that does not still counts in the fleet's size and is held back as
+   * if it stated nothing fresh (`lib/membership.ts`): a Redis writer can add members, never settle one.
+   */
+  verified: boolean;
   /**
    * Node side: whether, by Redis's clock, it had checked in within REACH_ROUNDS when our last round
    * reply was made. Judged apart from our own round's age, so neither eats the other's margin.
@@ -167,6 +177,8 @@ export class RedisBus implements Bus {
   /** The fast path's direct channel; undefined when `fastPath: false`. */
   private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
+  /** Per member, the last statement refused (counted once, not at every round that reads it again). */
+  private readonly refused = new Map<string, string>();
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -184,10 +196,12 @@ export class RedisBus implements Bus {
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
     this.redis.defineCommand('frlRound', { numberOfKeys: 5, lua: ROUND_SCRIPT });
-    this.redis.defineCommand('frlSnapshot', { numberOfKeys: 2, lua: SNAPSHOT_SCRIPT });
+    this.redis.defineCommand('frlSnapshot', { numberOfKeys: 3, lua: SNAPSHOT_SCRIPT });
+    this.redis.defineCommand('frlFence', { numberOfKeys: 1, lua: FENCE_SCRIPT });
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
     this.fast = connect(opts, { commandTimeout: 2000 });
+    for (const c of [this.redis, this.fast]) c.defineCommand('frlAppendGrants', { numberOfKeys: 2, lua: APPEND_GRANTS_SCRIPT });
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
     this.fastPath = new FastPath({
@@ -338,7 +352,7 @@ export class RedisBus implements Bus {
     return `${this.prefix}:{ctl}:${name}`;
   }
 
-  private key(shard: number, name: 'reports' | 'log' | 'dead'): string {
+  private key(shard: number, name: 'reports' | 'log' | 'dead' | 'fence'): string {
     return `${this.prefix}:{s${shard}}:${name}`;
   }
 
@@ -348,6 +362,11 @@ export class RedisBus implements Bus {
 
   private get consumer(): string {
     return `${this.identity!.nodeId}:${this.identity!.nodeEpoch}`;
+  }
+
+  /** This process as the ownership table and the log's fence name it. */
+  private get process(): string {
+    return `${this.identity!.nodeId}/${this.identity!.nodeEpoch}`;
   }
 
   // ---- membership and ownership ------------------------------------------------------------------
@@ -395,6 +414,7 @@ export class RedisBus implements Bus {
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
     const sent = this.clock.monotonic();
+    const statement = this.beatField(leave);
     const res = (await (this.redis as unknown as ScriptCommands).frlRound(
       this.ctl('members'),
       this.ctl('epochs'),
@@ -409,20 +429,20 @@ export class RedisBus implements Bus {
       released.join(','),
       leave ? '1' : '0',
       String(this.maxEpoch),
-      this.beatField(),
+      statement,
     )) as RoundReply;
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
 
   /** Takes in the fleet and the ownership table; starts takeovers of shards newly ours. */
-  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind, flatLeft]: RoundReply): void {
+  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind, flatLeft, flatHeld]: RoundReply): void {
     const got = this.clock.monotonic();
     const redisNow = Number(nowStr);
     const roundMs = this.opts.roundMs;
     if (got - this.lastRoundOk > LEASE_ROUNDS * roundMs && this.hadTable) {
       // We were cut off: members heard before still count until they have had time to check in.
       this.graceUntil = got + LEASE_ROUNDS * roundMs;
-      this.graceIds = [...this.members.keys()];
+      this.graceIds = [...this.members].filter(([, m]) => m.verified).map(([id]) => id);
     }
     this.lastRoundOk = got;
     this.stats.rounds++;
@@ -435,31 +455,44 @@ export class RedisBus implements Bus {
       const id = flatMembers[i]!;
       const checkedIn = Number(flatMembers[i + 1]);
       const lastSeen = local(checkedIn);
-      const epoch = flatMembers[i + 2]!;
+      const stated = this.openBeat(id, flatMembers[i + 3]!);
+      // The epoch its own sealed statement names; the epochs hash, which anyone can write, only for
+      // a member that states nothing verifiable (it owns nothing and settles nothing anyway).
+      const epoch = stated?.nodeEpoch ?? flatMembers[i + 2]!;
+      const verified = stated !== undefined && stated.left !== true;
       const fresh = withinReach(checkedIn, redisNow, roundMs);
       seen.add(id);
       let m = this.members.get(id);
-      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh }));
+      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh, verified }));
       else {
         m.fresh = fresh;
         // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
         // process under the same name has none: it starts at zero (L6).
         heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
         m.epoch = epoch;
+        m.verified = verified;
       }
-      const beat = parseBeat(flatMembers[i + 3]!, local);
-      if (beat !== undefined) m.beat = beat;
+      if (verified) m.beat = heartbeat(stated.statement, local);
       else delete m.beat;
     }
     // A member missing from the list is kept until it could no longer be granting itself credit
     // (F5): Redis may simply have lost the list (restarted empty). Only a clean leave drops it at once.
+    // A clean leave counts only with the member's own sealed leave statement, of the process we knew.
     const left = new Map<string, number>();
-    for (let i = 0; i + 1 < flatLeft.length; i += 2) left.set(flatLeft[i]!, got - (redisNow - Number(flatLeft[i + 1])));
+    for (let i = 0; i + 2 < flatLeft.length; i += 3) {
+      const id = flatLeft[i]!;
+      const m = this.members.get(id);
+      if (m === undefined || seen.has(id)) continue;
+      const farewell = this.openBeat(id, flatLeft[i + 2]!);
+      if (farewell?.left === true && farewell.nodeEpoch === m.epoch) left.set(id, local(Number(flatLeft[i + 1])));
+    }
     for (const [id, m] of this.members) {
       if (!seen.has(id)) m.fresh = false;
       const leftAt = left.get(id);
       if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) this.members.delete(id);
     }
+    const held = new Map<number, number>();
+    for (let i = 0; i + 1 < flatHeld.length; i += 2) held.set(Number(flatHeld[i]), Number(flatHeld[i + 1]));
 
     const blindSet = new Set(blind.map(Number));
     this.table.fill(undefined);
@@ -468,16 +501,19 @@ export class RedisBus implements Bus {
       const [token = '', epoch = '0', exp = '0'] = flatOwners[i + 1]!.split('|');
       const [owner = '', ownerProcess = ''] = token.split('/');
       if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow) continue;
-      this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow) };
+      const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === Number(epoch);
+      this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow), ours };
       this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
       if (!this.mine(s)) continue;
       const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
       if (o !== undefined && (o.epoch === Number(epoch) || blindSet.has(s))) {
         // Ours all along (renewed; or re-claimed after Redis lost the table, nobody else having
-        // served it meanwhile): the ledgers are current.
+        // served it meanwhile): the ledgers are current. A new epoch raises the log's fence with it.
+        const raise = o.epoch !== Number(epoch);
         o.epoch = Number(epoch);
         o.validUntil = validUntil;
+        if (raise) void this.fenceStands(s, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
       } else {
         // New to us — or the epoch moved under us, so someone else may have served it: rebuild.
         const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
@@ -535,15 +571,14 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * This node's heartbeat statement as the round script stores it: `freshAt|stale|selfGranted`.
-   * Its contact times (`NodeBeat.contact`, this process's monotonic time) in Redis ms, mapped through
-   * the last reply as if Redis had run it when the reply came back — which is never earlier than it
-   * did, so a stated time is never later than the contact was: every shard's owner was last heard at
-   * `freshAt` or later except the stale ones (`time:shard.shard…`, groups comma-separated);
-   * `selfGranted` is `shard:round`, comma-separated. Before any reply, nothing is known: everything
-   * is stated as heard at 0.
+   * This node's heartbeat statement as the round script stores it: a sealed `beat` envelope (its last,
+   * with `left`, as it leaves). Its contact times (`NodeBeat.contact`, this process's monotonic time)
+   * in Redis ms, mapped through the last reply as if Redis had run it when the reply came back — which
+   * is never earlier than it did, so a stated time is never later than the contact was. Before any
+   * reply, nothing is known: everything is stated as heard at 0. Sealed, so that nobody without the
+   * bus secret can state a member's contact fresh, its self-grant folded, or its leave.
    */
-  private beatField(): string {
+  private beatField(leave: boolean): string {
     const b = this.nodeBeat;
     const { replyGot } = this;
     const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
@@ -554,9 +589,32 @@ export class RedisBus implements Bus {
       if (g === undefined) groups.set(at, [s]);
       else g.push(s);
     }
-    const stale = [...groups].map(([t, shards]) => `${t}:${shards.join('.')}`).join(',');
-    const granted = [...b.selfGranted].map(([s, r]) => `${s}:${r}`).join(',');
-    return `${Math.max(0, c.freshAt)}|${stale}|${granted}`;
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
+    const { nodeId, nodeEpoch } = this.identity!;
+    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(leave ? { left: true } : {}) }));
+  }
+
+  /**
+   * A member's stored statement, if it verifies and names that member; otherwise undefined, counted by
+   * reason once for each value (every round reads it again). An empty one (a release that signs none,
+   * or a field someone deleted) says nothing either.
+   */
+  private openBeat(nodeId: string, field: string): Bodies['beat'] | undefined {
+    if (field === '') return undefined;
+    let reason: RejectReason;
+    try {
+      const env = this.codec.open(EnvelopeCodec.fromJson(field));
+      if (env.t === 'beat' && env.body.nodeId === nodeId) return env.body;
+      reason = 'malformed';
+    } catch (err) {
+      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
+    }
+    if (this.refused.get(nodeId) !== field) {
+      this.refused.set(nodeId, field);
+      this.stats.rejected[reason]++;
+      this.warn(new Error(`${reason}: statement of member ${nodeId}`), 'heartbeat statement refused; the member owns nothing and is held back');
+    }
+    return undefined;
   }
 
   /** How long a silent member is remembered: while it may still be granting itself credit (F4, F5). */
@@ -576,17 +634,23 @@ export class RedisBus implements Bus {
     return true;
   }
 
-  /** Members that may own shards: heard within a lease, plus (after an outage of ours) those heard before it. */
+  /**
+   * Members that may own shards: those whose statement verified, heard within a lease, plus (after an
+   * outage of ours) those heard before it.
+   */
   private candidates(mono: number): Set<string> {
     const ids = new Set([this.identity!.nodeId, ...(mono < this.graceUntil ? this.graceIds : [])]);
-    for (const [id, m] of this.members) if (mono - m.lastSeen < LEASE_ROUNDS * this.opts.roundMs) ids.add(id);
+    for (const [id, m] of this.members) if (m.verified && mono - m.lastSeen < LEASE_ROUNDS * this.opts.roundMs) ids.add(id);
     return ids;
   }
 
-  /** Whether the table names this very process (node id and epoch) as the shard's owner. */
+  /**
+   * Whether the table names this very process (node id and epoch) as the shard's owner, under the
+   * epoch its own last round claimed or renewed: an entry someone wrote into the table naming it is
+   * not its claim, and could stand beside the lease of an owner still serving.
+   */
   private mine(shard: number): boolean {
-    const o = this.table[shard];
-    return o !== undefined && o.owner === this.identity?.nodeId && o.ownerProcess === this.identity.nodeEpoch;
+    return this.table[shard]?.ours === true;
   }
 
   /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
@@ -630,6 +694,13 @@ export class RedisBus implements Bus {
     try {
       this.stats.takeovers++;
       await this.ensureGroup(shard);
+      // Fenced first, replayed after: every grant an earlier owner can still have issued is in the log.
+      if (!(await this.raiseFence(shard, st.epoch))) {
+        if (current()) this.owned.delete(shard);
+        this.warn(new Error(`shard ${shard}: the log is fenced under a higher owner epoch`), 'takeover refused; retried next round');
+        return;
+      }
+      if (!current()) return;
       const [log, reports] = (await Promise.all([
         this.redis.call('XRANGE', this.key(shard, 'log'), '-', '+'),
         this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+'),
@@ -852,7 +923,7 @@ export class RedisBus implements Bus {
     for (const [shard, list] of grants) {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
-      const write = this.append(this.key(shard, 'log'), this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), false, list[0]!.ownerEpoch, conn)!;
+      const write = this.appendGrants(shard, this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), list[0]!.ownerEpoch, conn);
       writes.push(
         write.then((written) => {
           const ok = written && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil;
@@ -907,13 +978,57 @@ export class RedisBus implements Bus {
     const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
       this.key(shard, 'log'),
       this.key(shard, 'reports'),
+      this.key(shard, 'fence'),
       String(o.epoch),
+      this.process,
       String(2 * this.opts.roundMs),
       o.lastRead.split('-')[0]!,
       ...fields,
     );
     if (id) this.stats.snapshots++;
-    else if (await this.clearForgedFences(shard, o.epoch)) o.dirty = true;
+    else if ((await this.clearForgedFences(shard, o.epoch)) || (await this.fenceStands(shard, o))) o.dirty = true;
+  }
+
+  /**
+   * Raises the fence of a shard's log (`lua/fence.lua`) under `epoch`; a fence that stands against it
+   * but does not verify, or does not sign what it says, was written without the bus secret: it is
+   * counted, replaced, and the fence raised. Returns whether it is ours now.
+   */
+  private async raiseFence(shard: number, epoch: number): Promise<boolean> {
+    const { nodeId, nodeEpoch } = this.identity!;
+    const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
+    const raise = (forged?: string): Promise<[number, string?, string?, string?]> =>
+      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), String(epoch), this.process, seal, ...(forged === undefined ? [] : [forged]));
+    const [ok, standing = '', holder = '', standingSeal = ''] = await raise();
+    if (ok === 1) return true;
+    const reason = this.forgedFence(shard, standing, holder, standingSeal);
+    if (reason === undefined) return false;
+    this.stats.rejected[reason]++;
+    this.warn(new Error(`${reason}: fence of shard ${shard} at epoch ${standing}`), 'forged log fence replaced', { shard });
+    return (await raise(standingSeal))[0] === 1;
+  }
+
+  /** Why a fence found standing was not raised by an owner (the bus secret's), or undefined if it was. */
+  private forgedFence(shard: number, epoch: string, holder: string, seal: string): RejectReason | undefined {
+    try {
+      const env = this.codec.open(EnvelopeCodec.fromJson(seal));
+      if (env.t === 'fence' && env.body.shard === shard && String(env.body.epoch) === epoch && `${env.body.nodeId}/${env.body.nodeEpoch}` === holder) return undefined;
+      return 'malformed';
+    } catch (err) {
+      return err instanceof EnvelopeError ? err.reason : 'malformed';
+    }
+  }
+
+  /**
+   * A write of ours was refused by the log's fence: a forged fence is replaced (the write is tried
+   * again by the next round's work), a real one means a later owner took the shard, and this node
+   * stops serving it at once. Returns whether it may write again.
+   */
+  private async fenceStands(shard: number, o: Owned): Promise<boolean> {
+    if (this.owned.get(shard) !== o || (await this.raiseFence(shard, o.epoch))) return this.owned.get(shard) === o;
+    if (this.owned.get(shard) === o) this.owned.delete(shard);
+    this.warn(new Error(`shard ${shard}: a later owner fenced the log`), 'stopped serving a shard another owner took');
+    return false;
   }
 
   /**
@@ -970,18 +1085,39 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * XADD without waiting: resolves with whether it was written, or is undefined when skipped. With
-   * `droppable` (reports: cumulative, the next one makes up for it) it is skipped while Redis is out
-   * of reach or backed up; grants are always written, since a later owner must know them (an owner
-   * out of reach stops issuing within its lease anyway).
+   * A report batch's XADD without waiting: resolves with whether it was written, or is undefined when
+   * skipped — while Redis is out of reach or backed up (reports are cumulative, the next one makes up
+   * for it).
    */
-  private append(key: string, fields: EnvelopeFields, droppable: boolean, epoch?: number, conn: Client = this.redis): Promise<boolean> | undefined {
-    if (droppable && (!this.inTouch() || this.inflight > 4 * this.opts.shards)) return undefined;
+  private append(key: string, fields: EnvelopeFields): Promise<boolean> | undefined {
+    if (!this.inTouch() || this.inflight > 4 * this.opts.shards) return undefined;
+    return this.written(this.redis.call('XADD', key, 'MAXLEN', '~', this.maxLength, '*', ...flatFields(fields)));
+  }
+
+  /**
+   * Grants onto the shard's log, unless a later owner fenced it (`lua/append-grants.lua`): always
+   * written, since a later owner must know them. Resolves with whether they are on record. A fence
+   * that refused them is looked into (`fenceStands`), and the grants are never sent.
+   */
+  private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: Client): Promise<boolean> {
+    const o = this.owned.get(shard);
+    const id = (conn as unknown as ScriptCommands).frlAppendGrants(this.key(shard, 'log'), this.key(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
+    return this.written(id).then((ok) => {
+      if (!ok && o !== undefined && this.owned.get(shard) === o) void this.fenceStands(shard, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
+      return ok;
+    });
+  }
+
+  private get maxLength(): string {
+    return String(this.opts.maxStreamLength ?? 100_000);
+  }
+
+  /** Counts a write in flight until it settles; resolves with whether Redis took it (an id, not false). */
+  private written(write: Promise<unknown>): Promise<boolean> {
     this.inflight++;
-    return conn
-      .call('XADD', key, 'MAXLEN', '~', String(this.opts.maxStreamLength ?? 100_000), '*', ...(epoch === undefined ? [] : ['epoch', String(epoch)]), ...flatFields(fields))
+    return write
       .then(
-        () => true,
+        (id) => id !== null && id !== false,
         (err: Error) => {
           this.warn(err, 'stream write failed');
           return false;
@@ -1001,7 +1137,7 @@ export class RedisBus implements Bus {
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch), true) !== undefined) {
+    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch)) !== undefined) {
       this.stats.reportsSent++;
       return true;
     }
@@ -1160,32 +1296,19 @@ export class RedisBus implements Bus {
 interface ScriptCommands {
   frlRound(...args: string[]): Promise<unknown>;
   frlSnapshot(...args: string[]): Promise<string | null>;
+  frlFence(...args: string[]): Promise<[number, string?, string?, string?]>;
+  frlAppendGrants(...args: string[]): Promise<string | null>;
 }
 
-/**
- * A member's heartbeat statement as stored by the round script (`beatField`), its times mapped by
- * `at`; undefined when there is none (a release that writes none: `lib/membership.ts` then applies
- * the old rule). A field that does not parse says nothing the owner can trust: every shard stale.
- */
-function parseBeat(field: string, at: (redisMs: number) => number): Heartbeat | undefined {
-  if (field === '') return undefined;
-  const m = /^(\d+)\|((?:\d+:\d+(?:\.\d+)*(?:,\d+:\d+(?:\.\d+)*)*)?)\|((?:\d+:\d+(?:,\d+:\d+)*)?)$/.exec(field);
-  if (m === null) return { selfGranted: new Map(), freshAt: Number.NEGATIVE_INFINITY, stale: new Map() };
+/** A verified statement (`beatField`) as an owner keeps it, its Redis times mapped by `at`. */
+function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
-  for (const group of m[2] ? m[2].split(',') : []) {
-    const [t, shards] = group.split(':') as [string, string];
-    for (const s of shards.split('.')) stale.set(Number(s), at(Number(t)));
-  }
-  const selfGranted = new Map<number, number>();
-  for (const pair of m[3] ? m[3].split(',') : []) {
-    const [s, r] = pair.split(':');
-    selfGranted.set(Number(s), Number(r));
-  }
-  return { freshAt: at(Number(m[1])), stale, selfGranted };
+  for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
 }
 
 /** What `lua/round.lua` returns. */
-type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[]];
+type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[], held: string[]];
 
 function flatFields(f: EnvelopeFields): string[] {
   return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];

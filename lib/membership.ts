@@ -24,11 +24,6 @@
 export const REACH_ROUNDS = 3;
 /** Rounds without a heartbeat after which an owner holds a member's possible self-grant back. */
 export const SILENT_ROUNDS = 4;
-/**
- * A member back from a silence stays unsettled (its possible self-grant still held back) this many
- * rounds: its reports, skipped while it was cut off, land a round or two after its heartbeat does.
- */
-export const SETTLE_ROUNDS = 4;
 /** A member back from a silence gets no grants for this many rounds (L5). */
 export const REJOIN_ROUNDS = 1;
 
@@ -86,7 +81,10 @@ export interface Presence {
   lastSeen: number;
   /** When it came back from its last silence (−∞ if never silent). */
   rejoinedAt: number;
-  /** Its last heartbeat's statement (undefined from a release that sends none). */
+  /**
+   * Its last heartbeat's statement; undefined when it states none the owner can trust (a release that
+   * sends none, or one that does not verify): then nothing is fresh.
+   */
   beat?: Heartbeat;
 }
 
@@ -112,9 +110,8 @@ export function unsettled(p: Presence, shard: number, folded: number, now: numbe
   const silent = SILENT_ROUNDS * roundMs;
   if (now - p.lastSeen >= silent) return true;
   const b = p.beat;
-  // A release without heartbeat statements: its reports are taken to land within SETTLE_ROUNDS.
-  if (b === undefined) return now - p.rejoinedAt < SETTLE_ROUNDS * roundMs;
-  if (now - (b.stale.get(shard) ?? b.freshAt) >= silent) return true;
+  // No statement to trust: it may have lost touch with this shard's owner at any time.
+  if (b === undefined || now - (b.stale.get(shard) ?? b.freshAt) >= silent) return true;
   return folded < (b.selfGranted.get(shard) ?? 0);
 }
 

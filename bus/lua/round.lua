@@ -5,18 +5,21 @@
 -- KEYS[2] epochs hash    (node id -> node epoch of its current process)
 -- KEYS[3] owners hash    (shard -> "nodeId/nodeEpoch|ownerEpoch|expiresAt": the owning process)
 -- KEYS[4] left zset      (node id -> Redis time it left the fleet cleanly)
--- KEYS[5] beats hash     (node id -> its last heartbeat statement, `RedisBus.beatField`)
+-- KEYS[5] beats hash     (node id -> its last heartbeat statement, a sealed `beat` envelope; after a
+--                        clean leave, its sealed leave statement)
 -- ARGV[1] node id   ARGV[2] node epoch   ARGV[3] owner lease, ms   ARGV[4] member expiry, ms
 -- ARGV[5] shards wanted, comma-separated   ARGV[6] shards given up, comma-separated
 -- ARGV[7] '1' when the node leaves the fleet (clean shutdown): it drops out of the member list
 -- ARGV[8] the highest owner epoch this node has seen on any shard
--- ARGV[9] this node's heartbeat statement
+-- ARGV[9] this node's heartbeat statement (its leave statement with ARGV[7] '1'), sealed
 --
 -- The owner epoch of a shard grows at every change of owner: max(previous + 1, now in ms, the
 -- highest epoch the claimant has seen + 1), so it keeps growing even if Redis lost the table (a
 -- restart without persistence), and even if Redis's clock went back meanwhile.
+-- Nothing here can check a MAC: readers verify the statements (`RedisBus.applyRound`), and a node takes
+-- a table entry naming its own process only under the epoch this very call gave it (the last list).
 -- Returns { now, {id, lastSeen, nodeEpoch, beat, ...}, {shard, "owner|epoch|expiresAt", ...},
---           {blind shard, ...}, {id, leftAt, ...} }.
+--           {blind shard, ...}, {id, leftAt, leave statement, ...}, {shard, epoch, ...} }.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -29,7 +32,7 @@ local seen = tonumber(ARGV[8]) or 0
 if ARGV[7] == '1' then
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
-  redis.call('HDEL', KEYS[5], id)
+  redis.call('HSET', KEYS[5], id, ARGV[9] or '')
   redis.call('ZADD', KEYS[4], now, id)
 else
   redis.call('ZADD', KEYS[1], now, id)
@@ -51,6 +54,7 @@ end
 
 -- Shards claimed with no record at all: Redis lost the table (and maybe the log), a blind takeover.
 local blind = {}
+local held = {}
 for s in string.gmatch(ARGV[5], '[^,]+') do
   local v = redis.call('HGET', KEYS[3], s)
   local owner, epoch, exp = parse(v)
@@ -58,8 +62,13 @@ for s in string.gmatch(ARGV[5], '[^,]+') do
   if owner == me then
     -- Still this process's (nobody took it even if it lapsed): renew under the same epoch.
     redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(epoch) .. '|' .. fmt(now + leaseMs))
+    held[#held + 1] = s
+    held[#held + 1] = fmt(epoch)
   elseif owner == '' or exp <= now then
-    redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(math.max(epoch + 1, now, seen + 1)) .. '|' .. fmt(now + leaseMs))
+    epoch = math.max(epoch + 1, now, seen + 1)
+    redis.call('HSET', KEYS[3], s, me .. '|' .. fmt(epoch) .. '|' .. fmt(now + leaseMs))
+    held[#held + 1] = s
+    held[#held + 1] = fmt(epoch)
   end
 end
 
@@ -81,5 +90,15 @@ for i = 1, #live, 2 do
   members[#members + 1] = redis.call('HGET', KEYS[2], live[i]) or ''
   members[#members + 1] = redis.call('HGET', KEYS[5], live[i]) or ''
 end
+for _, g in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - expiry)) do
+  if not redis.call('ZSCORE', KEYS[1], g) then redis.call('HDEL', KEYS[5], g) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - expiry)
-return { fmt(now), members, redis.call('HGETALL', KEYS[3]), blind, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES') }
+local left = {}
+local departed = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+for i = 1, #departed, 2 do
+  left[#left + 1] = departed[i]
+  left[#left + 1] = departed[i + 1]
+  left[#left + 1] = redis.call('HGET', KEYS[5], departed[i]) or ''
+end
+return { fmt(now), members, redis.call('HGETALL', KEYS[3]), blind, left, held }

@@ -128,14 +128,13 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     await until(() => answers().some((x) => x.re === 1), 'the first answer');
     await until(() => b.owner.float(keyId, WINDOW_MS, windowId) > 0, 'the float to be on record');
     // Hold the owner's log writes on the fast-path connection for a second (Redis itself runs on).
-    const fast = (b.bus as unknown as { fast: Redis }).fast;
-    const call = fast.call.bind(fast) as (...args: string[]) => Promise<unknown>;
+    const fast = (b.bus as unknown as { fast: Redis & { frlAppendGrants: (...args: string[]) => Promise<unknown> } }).fast;
+    const append = fast.frlAppendGrants.bind(fast);
     let held = 0;
     let written = 0;
-    (fast as unknown as { call: (...args: string[]) => Promise<unknown> }).call = (...args: string[]) => {
-      if (args[0] !== 'XADD') return call(...args);
+    fast.frlAppendGrants = (...args: string[]) => {
       held++;
-      return new Promise((r) => setTimeout(r, 1000)).then(() => call(...args)).finally(() => written++);
+      return new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
     };
     ask(2, 1);
     await until(() => answers().some((x) => x.re === 2), 'the second answer');

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { createHmac } from 'node:crypto';
-import { EnvelopeCodec } from '../../bus/codec.js';
+import { EnvelopeCodec, type Bodies } from '../../bus/codec.js';
 import type { Denied } from '../../lib/lease-node.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
@@ -279,16 +279,18 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     await Promise.all([a.bus.ready(), b.bus.ready()]);
     const shard = [...Array(SHARDS).keys()].find((s) => ownerOf(a, s) === 'a')!;
     const unsettled = () => a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER);
-    const statement = async () => (await ctx.raw.hget(`${ctx.prefix}:{ctl}:beats`, 'b')) ?? '';
+    const statement = async () => (codec.open(EnvelopeCodec.fromJson((await ctx.raw.hget(`${ctx.prefix}:{ctl}:beats`, 'b'))!)).body as Bodies['beat']).statement;
     // Every owner in reach, no self-grant (on a busy machine, once b's loop has caught up).
-    await until(async () => /^\d+\|\|$/.test(await statement()), 'b to state every owner in reach');
+    await until(async () => {
+      const st = await statement();
+      return st.stale.length === 0 && st.selfGranted.length === 0;
+    }, 'b to state every owner in reach');
     expect(unsettled()).to.deep.equal([]);
     // a's rounds stop for 8 rounds (its process starved; less than its lease): b keeps heart-beating,
     // and says it has not heard from a's shards since.
     a.rounds(false);
     await new Promise((r) => setTimeout(r, 8 * ROUND_MS));
-    const stale = (await statement()).split('|')[1]!; // `time:shard.shard…` groups
-    expect(stale.split(',').flatMap((g) => g.split(':')[1]!.split('.'))).to.include(String(shard));
+    expect((await statement()).stale.flatMap(([, shards]) => shards)).to.include(shard);
     // b stops too, a comes back: a's first round reads b's last statement while b is not silent.
     b.rounds(false);
     const r0 = a.bus.stats.rounds;
@@ -358,11 +360,16 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const reports = `${ctx.prefix}:{s0}:reports`;
     await ctx.raw.xadd(log, '*', 'epoch', '9', 'v', '1');
     await ctx.raw.xadd(reports, '*', 'v', '1');
-    const deposed = await ctx.raw.eval(script, 2, log, reports, '8', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    const fence = `${ctx.prefix}:{s0}:fence`;
+    const deposed = await ctx.raw.eval(script, 3, log, reports, fence, '8', 'a/e8', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
     expect(deposed).to.equal(null);
     expect(await ctx.raw.xlen(log)).to.equal(1);
-    const current = await ctx.raw.eval(script, 2, log, reports, '9', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
+    const current = await ctx.raw.eval(script, 3, log, reports, fence, '9', 'a/e9', '50', String(Date.now()), 'v', '1', 't', 'snapshot');
     expect(current).to.be.a('string');
+    expect(await ctx.raw.xlen(log)).to.equal(2);
+    // A fence raised by a later owner stops it too, before the later owner has written anything.
+    await ctx.raw.hset(fence, 'epoch', '10', 'holder', 'b/e10');
+    expect(await ctx.raw.eval(script, 3, log, reports, fence, '9', 'a/e9', '50', String(Date.now()), 'v', '1', 't', 'snapshot')).to.equal(null);
     expect(await ctx.raw.xlen(log)).to.equal(2);
   });
 });

@@ -1,0 +1,216 @@
+import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
+import { EnvelopeCodec, type BeatStatement } from '../../bus/codec.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
+
+const codec = new EnvelopeCodec(BUS_SECRET.versions);
+/** Someone who can write to Redis but does not hold the bus secret. */
+const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
+const FENCE = readFileSync(new URL('../../bus/lua/fence.lua', import.meta.url), 'utf8');
+const APPEND = readFileSync(new URL('../../bus/lua/append-grants.lua', import.meta.url), 'utf8');
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A key id whose current window lands on a shard `owner` owns, as `m` sees the table. */
+function keyOwnedBy(m: Member, owner: string, salt: string): string {
+  for (let i = 0; i < 100_000; i++) {
+    const keyId = `v1:${`${salt}${i}`.padStart(22, 's')}`;
+    if (m.bus.owners()[placeOf(keyId).shard]?.owner === owner) return keyId;
+  }
+  throw new Error(`no key lands on a shard of ${owner}`);
+}
+
+describe('fleet state in Redis is authenticated (real redis-server): what a writer without the bus secret can change', function () {
+  this.timeout(30_000);
+  const ctx = fleetSuite('sf');
+  const ctl = (name: string): string => `${ctx.prefix}:{ctl}:${name}`;
+  const redisNow = async (): Promise<number> => {
+    const [s, us] = await ctx.raw.time();
+    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  };
+  /** Writes `write` every 5 ms, as a forger outrunning the rounds would, until the returned stop is called. */
+  const keepWriting = (write: () => Promise<unknown>): (() => Promise<void>) => {
+    let on = true;
+    const loop = (async () => {
+      while (on) {
+        await write();
+        await sleep(5);
+      }
+    })();
+    return async () => {
+      on = false;
+      await loop;
+    };
+  };
+  const rejected = (m: Member): number => m.bus.stats.rejected.mac + m.bus.stats.rejected.malformed + m.bus.stats.rejected.secret;
+  const pair = async (): Promise<[Member, Member, number]> => {
+    const a = ctx.join('a');
+    const b = ctx.join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    await until(() => a.bus.ownedShards().length > 0 && b.bus.ownedShards().length > 0, 'both to own shards');
+    const shard = a.bus.ownedShards()[0]!;
+    await until(() => a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER).length === 0, 'b to be settled');
+    return [a, b, shard];
+  };
+
+  it('a forged heartbeat statement never settles a silent member: its share stays held back, every form counted', async () => {
+    const [a, b, shard] = await pair();
+    const unsettled = (): readonly string[] => a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER);
+    const genuineOfA = (await ctx.raw.hget(ctl('beats'), 'a'))!;
+    b.rounds(false); // b goes silent (its process stalled, say)
+    const fresh = async (): Promise<BeatStatement> => ({ freshAt: await redisNow(), stale: [], selfGranted: [] });
+    const forms: Array<[string, () => Promise<string>]> = [
+      ['sealed with another secret', async () => EnvelopeCodec.toJson(forger.seal('beat', { nodeId: 'b', nodeEpoch: b.nodeEpoch, statement: await fresh() }))],
+      ['without a MAC', async () => JSON.stringify({ ...codec.seal('beat', { nodeId: 'b', nodeEpoch: b.nodeEpoch, statement: await fresh() }), mac: '' })],
+      ['in the plain format of a release before', async () => `${await redisNow()}||`],
+      ['another member’s genuine statement', async () => genuineOfA],
+    ];
+    const before = rejected(a);
+    for (const [what, form] of forms) {
+      // The forger keeps b present and keeps stating for it, for eight rounds.
+      const stop = keepWriting(async () => {
+        await ctx.raw.zadd(ctl('members'), await redisNow(), 'b');
+        await ctx.raw.hset(ctl('beats'), 'b', await form());
+      });
+      try {
+        const r0 = a.bus.stats.rounds;
+        await until(() => a.bus.stats.rounds >= r0 + 2, 'a to read what the forger wrote', 2000);
+        const end = Date.now() + 8 * ROUND_MS;
+        while (Date.now() < end) {
+          expect(unsettled(), what).to.include('b');
+          await sleep(ROUND_MS / 2);
+        }
+      } finally {
+        await stop();
+      }
+    }
+    expect(rejected(a) - before, 'statements refused').to.be.at.least(forms.length);
+    // b's own statements settle it again.
+    b.rounds(true);
+    await until(() => unsettled().length === 0, 'b settled by its own statement', 3000);
+  });
+
+  it('a forged leave never drops a member; its own leave does at once', async () => {
+    const [a, b, shard] = await pair();
+    b.rounds(false);
+    const statement: BeatStatement = { freshAt: await redisNow(), stale: [], selfGranted: [] };
+    const forms = [
+      EnvelopeCodec.toJson(forger.seal('beat', { nodeId: 'b', nodeEpoch: b.nodeEpoch, statement, left: true })),
+      // A genuine leave, of another process of b (an earlier one): replayed, it says nothing of this one.
+      EnvelopeCodec.toJson(codec.seal('beat', { nodeId: 'b', nodeEpoch: 'an-earlier-process', statement, left: true })),
+      '',
+    ];
+    for (const form of forms) {
+      await ctx.raw.zrem(ctl('members'), 'b');
+      await ctx.raw.zadd(ctl('left'), await redisNow(), 'b');
+      await ctx.raw.hset(ctl('beats'), 'b', form);
+      await sleep(6 * ROUND_MS);
+      expect(a.bus.fleetSize(), `after a leave stated as ${JSON.stringify(form.slice(0, 40))}`).to.equal(2);
+      expect(a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER)).to.include('b');
+    }
+    await b.stop(); // a clean leave: its own sealed statement
+    await until(() => a.bus.fleetSize() === 1, 'a to drop b at once', 1000);
+  });
+
+  it('a member with no verifiable statement owns nothing: a forged member cannot hold shards nobody serves', async () => {
+    const a = ctx.join('a');
+    await a.bus.ready();
+    const stop = keepWriting(async () => {
+      await ctx.raw.zadd(ctl('members'), await redisNow(), 'ghost');
+      await ctx.raw.hset(ctl('epochs'), 'ghost', 'ghost-e1');
+      await ctx.raw.hset(ctl('beats'), 'ghost', `${await redisNow()}||`);
+    });
+    try {
+      const c = ctx.join('c');
+      await c.bus.ready();
+      await until(() => a.bus.ownedShards().length + c.bus.ownedShards().length === SHARDS && c.bus.ownedShards().length > 0, 'a and c to serve every shard');
+      expect(a.bus.owners().map((o) => o?.owner).filter((o) => o !== 'a' && o !== 'c')).to.deep.equal([]);
+      // Counted in the fleet's size all the same: its possible self-grant is held back, never added.
+      expect(a.bus.fleetSize()).to.equal(3);
+    } finally {
+      await stop();
+    }
+  });
+
+  it('a table entry written in naming a process is not its claim: it never serves that shard', async () => {
+    const [a, b] = await pair();
+    const shard = a.bus.ownedShards()[0]!;
+    const epoch = a.bus.owners()[shard]!.epoch;
+    const takeovers = b.bus.stats.takeovers;
+    // Named as the owner under a higher epoch for 400 ms, as if b had claimed it while a served it.
+    await ctx.raw.hset(ctl('owners'), String(shard), `b/${b.nodeEpoch}|${epoch + 1}|${(await redisNow()) + 400}`);
+    const end = Date.now() + 10 * ROUND_MS;
+    while (Date.now() < end) {
+      expect(b.bus.ownedShards()).to.not.include(shard);
+      await sleep(ROUND_MS / 2);
+    }
+    expect(b.bus.stats.takeovers).to.equal(takeovers);
+    // Once that entry lapses, its rightful owner claims it again, under a higher epoch.
+    await until(() => a.bus.ownedShards().includes(shard) && a.bus.owners()[shard]!.epoch > epoch + 1, 'a to own the shard again', 5000);
+  });
+
+  it('the log fence: once a later owner raised it, an earlier owner’s grants and checkpoints are refused', async () => {
+    const log = `${ctx.prefix}:{s0}:log`;
+    const fence = `${ctx.prefix}:{s0}:fence`;
+    const seal = (epoch: number, holder: string): string => {
+      const [nodeId = '', nodeEpoch = ''] = holder.split('/');
+      return EnvelopeCodec.toJson(codec.seal('fence', { shard: 0, epoch, nodeId, nodeEpoch }));
+    };
+    const raise = (epoch: number, holder: string, forged?: string): Promise<unknown> =>
+      ctx.raw.eval(FENCE, 1, fence, String(epoch), holder, seal(epoch, holder), ...(forged === undefined ? [] : [forged]));
+    const append = (epoch: number, holder: string): Promise<unknown> => ctx.raw.eval(APPEND, 2, log, fence, String(epoch), holder, '1000', 'v', '1');
+    expect(await append(9, 'a/e9'), 'no fence: nobody is fenced').to.be.a('string');
+    expect(await raise(10, 'b/e10')).to.deep.equal([1]);
+    expect(await append(9, 'a/e9'), 'a lower epoch').to.equal(null);
+    expect(await append(10, 'c/e10'), 'the same epoch, another process').to.equal(null);
+    expect(await append(10, 'b/e10')).to.be.a('string');
+    expect(await ctx.raw.xlen(log)).to.equal(2);
+    const standing = (await raise(9, 'a/e9')) as string[];
+    expect(standing.slice(0, 3)).to.deep.equal([0, '10', 'b/e10']);
+    expect(await raise(11, 'c/e11')).to.deep.equal([1]);
+    // A fence found forged is replaced only when it is still exactly the one found.
+    await ctx.raw.hset(fence, 'epoch', '99999999999999', 'holder', 'x/y', 'seal', 'forged');
+    expect(((await raise(12, 'd/e12', 'another')) as unknown[])[0]).to.equal(0);
+    expect(await raise(12, 'd/e12', 'forged')).to.deep.equal([1]);
+    // An epoch that is not a number fences nothing.
+    await ctx.raw.hset(fence, 'epoch', 'notanumber');
+    expect(await append(1, 'e/e1')).to.be.a('string');
+  });
+
+  it('an owner whose log a later owner fenced stops serving that shard at once and hands out nothing more', async () => {
+    const [a, b] = await pair();
+    const first = keyOwnedBy(a, 'b', 'before');
+    const { shard } = placeOf(first);
+    await a.node.acquire(first, limits(100));
+    await until(() => a.node.stats.grantsApplied > 0, 'a grant from b');
+    // A later owner (genuine: sealed with the bus secret) raised the fence; b's lease is still current.
+    const epoch = b.bus.owners()[shard]!.epoch + 1;
+    await ctx.raw.hset(`${ctx.prefix}:{s${shard}}:fence`, 'epoch', String(epoch), 'holder', 'c/later', 'seal', EnvelopeCodec.toJson(codec.seal('fence', { shard, epoch, nodeId: 'c', nodeEpoch: 'later' })));
+    const applied = a.node.stats.grantsApplied;
+    const withheld = b.bus.stats.grantsWithheld;
+    // Asks for keys of that shard: b's log writes are refused, so its grants never leave.
+    const keys = Array.from({ length: 200 }, (_, i) => `v1:${`after${i}`.padStart(22, 's')}`).filter((k) => placeOf(k).shard === shard).slice(0, 3);
+    for (const k of keys) await a.node.acquire(k, limits(100));
+    await until(() => b.bus.stats.grantsWithheld > withheld, 'b to withhold a grant', 3000);
+    await until(() => !b.bus.ownedShards().includes(shard), 'b to stop serving the shard', 3000);
+    await sleep(100);
+    for (const k of keys) expect(a.node.buckets.peek(k)?.buckets[0]?.issued ?? 0, k).to.equal(0);
+    expect(a.node.stats.grantsApplied - applied).to.equal(0);
+  });
+
+  it('a fence written without the bus secret is counted and replaced; the owner goes on serving', async () => {
+    const [a, b] = await pair();
+    const first = keyOwnedBy(a, 'b', 'forged');
+    const { shard } = placeOf(first);
+    await ctx.raw.hset(`${ctx.prefix}:{s${shard}}:fence`, 'epoch', '99999999999999', 'holder', 'x/y', 'seal', EnvelopeCodec.toJson(forger.seal('fence', { shard, epoch: 99999999999999, nodeId: 'x', nodeEpoch: 'y' })));
+    const before = rejected(b);
+    await a.node.acquire(first, limits(100));
+    await until(() => rejected(b) > before, 'the forged fence to be counted', 3000);
+    await until(async () => (await ctx.raw.hget(`${ctx.prefix}:{s${shard}}:fence`, 'holder')) === `b/${b.nodeEpoch}`, 'b to raise its own fence again', 3000);
+    expect(b.bus.ownedShards()).to.include(shard);
+    const second = Array.from({ length: 500 }, (_, i) => `v1:${`again${i}`.padStart(22, 's')}`).find((k) => placeOf(k).shard === shard)!;
+    const applied = a.node.stats.grantsApplied;
+    await a.node.acquire(second, limits(100));
+    await until(() => a.node.stats.grantsApplied > applied, 'a grant after the fence was replaced', 3000);
+  });
+});
