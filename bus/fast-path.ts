@@ -54,11 +54,14 @@ export class FastPath {
 
   /**
    * Asks `remote` owners (node id → requests) for credit; `local` holds grants already made in
-   * process, `missed` says some request had no owner to ask (the whole ask then settles with nothing).
+   * process, `unrecorded` those made in process whose log write is out (each settles with its grants
+   * once on record, with none if refused: they count like an owner's answer, deadline included),
+   * `missed` says some request had no owner to ask (the whole ask then settles with nothing).
    */
-  ask(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, probe = false): Promise<readonly Grant[] | undefined> {
+  ask(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, unrecorded: ReadonlyArray<Promise<readonly Grant[]>> = [], probe = false): Promise<readonly Grant[] | undefined> {
     return new Promise((resolve) => {
-      const group: AskGroup = { remaining: remote.size, grants: local, missed, start: performance.now(), probe, done: false, resolve };
+      const group: AskGroup = { remaining: remote.size + unrecorded.length, grants: local, missed, start: performance.now(), probe, done: false, resolve };
+      for (const written of unrecorded) void written.then((grants) => this.recorded(group, grants));
       const stats = this.hooks.stats;
       for (const [owner, requests] of remote) {
         const id = ++this.seq;
@@ -110,6 +113,16 @@ export class FastPath {
     }
     if (--group.remaining === 0) this.finish(group, true);
     return true;
+  }
+
+  /** Grants made in process whose log write came back (none if it was refused). */
+  private recorded(group: AskGroup, grants: readonly Grant[]): void {
+    if (group.done) {
+      for (const g of grants) this.hooks.deliver(g);
+      return;
+    }
+    group.grants.push(...grants);
+    if (--group.remaining === 0) this.finish(group, true);
   }
 
   /**

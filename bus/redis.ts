@@ -864,11 +864,13 @@ export class RedisBus implements Bus {
     const log = (): Promise<boolean> => (logged ??= this.logGrants(messages, conn));
     for (const [nodeId, list] of byNode) {
       const asker = nodeId === answer?.to;
-      if (nodeId === this.identity?.nodeId && !asker) {
-        for (const m of list) this.deliver?.(m);
-        continue;
-      }
+      // This process's own node too gets grants only once they are on record, in order.
+      const own = nodeId === this.identity?.nodeId && !asker;
       const send = (out: OwnerMessage[], re: number): void => {
+        if (own) {
+          for (const m of out) this.deliver?.(m);
+          return;
+        }
         const frame = EnvelopeCodec.toJson(this.codec.seal('messages', { re, nodeId, messages: out }));
         this.stats.messagesSent++;
         if (asker && answer.reply !== undefined) answer.reply(frame);
@@ -1152,6 +1154,7 @@ export class RedisBus implements Bus {
   private requestCredit(requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined> {
     if (this.closed) return undefined;
     const local: Grant[] = [];
+    const unrecorded: Array<Promise<readonly Grant[]>> = [];
     const remote = new Map<string, CreditRequest[]>();
     let missed = false;
     for (const r of requests) {
@@ -1159,8 +1162,11 @@ export class RedisBus implements Bus {
       if (this.serving(shard)) {
         const g = this.owner!.onCreditRequest(r);
         if (g !== undefined) {
-          local.push(g);
-          this.logGrants([g]);
+          // This node's own credit too is spent only once on record (or out of the float, which is):
+          // a later owner replays the log, and what it lacks it would issue again.
+          const written = this.logGrants([g]);
+          if (this.owner!.onRecord?.(g) === true) local.push(g);
+          else unrecorded.push(written.then((ok) => (ok ? [g] : (this.stats.grantsWithheld++, []))));
         }
         this.route(this.owner!.takeOutbox());
         continue;
@@ -1174,8 +1180,8 @@ export class RedisBus implements Bus {
       if (list === undefined) remote.set(owner, [r]);
       else list.push(r);
     }
-    if (remote.size === 0) return missed ? this.apply(local) : local;
-    return this.fastPath.ask(this.identity!.nodeId, remote, local, missed, deadlineMs);
+    if (remote.size === 0 && unrecorded.length === 0) return missed ? this.apply(local) : local;
+    return this.fastPath.ask(this.identity!.nodeId, remote, local, missed, deadlineMs, unrecorded);
   }
 
   /**
@@ -1208,7 +1214,7 @@ export class RedisBus implements Bus {
         owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
       }
       if (owners.size === 0) return;
-      await this.fastPath.ask(this.identity!.nodeId, owners, [], false, 20, true);
+      await this.fastPath.ask(this.identity!.nodeId, owners, [], false, 20, [], true);
     }
   }
 

@@ -193,10 +193,10 @@ export class FoldOwner {
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
     const want = Math.max(req.need, this.target(ledger, req.demand)) - Math.max(0, held(lease));
     if (want <= 0) return lease.grantSeq > 0 ? this.restate(ledger, lease) : undefined;
-    // An ask may draw on the float: what it covers needs no log write before the answer. Remote
-    // asks size it (this node's own are answered in process, and may take what is there).
+    // An ask may draw on the float: what it covers needs no log write before the answer. Every ask
+    // sizes it, this node's own too: they wait for the log like any other.
     const useFloat = req.fastPath && this.floats;
-    if (useFloat && req.nodeId !== this.cfg.floatHolder?.nodeId) {
+    if (useFloat) {
       ledger.asks += want;
       ledger.asked = true;
       this.floatWanted.add(ledger);

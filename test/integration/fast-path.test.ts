@@ -32,16 +32,6 @@ async function loggedGrants(raw: Redis, prefix: string, keyId: string): Promise<
   return n;
 }
 
-/** Grants in a shard's log for `keyId` with credit from an owner's float. */
-async function floatedGrants(raw: Redis, prefix: string, keyId: string): Promise<number> {
-  let n = 0;
-  for (const [, flat] of await raw.xrange(`${prefix}:{s${placeOf(keyId).shard}}:log`, '-', '+')) {
-    const env = codec.open(EnvelopeCodec.fromStream(flat));
-    if (env.t === 'grants') n += env.body.grants.filter((g) => g.keyId === keyId && (g.floated ?? 0) > 0).length;
-  }
-  return n;
-}
-
 describe('Fast path over its direct channel (real redis-server)', function () {
   this.timeout(30_000);
   const ctx = fleetSuite('fp');
@@ -132,17 +122,45 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const append = fast.frlAppendGrants.bind(fast);
     let held = 0;
     let written = 0;
+    const floated: unknown[] = [];
     fast.frlAppendGrants = (...args: string[]) => {
       held++;
-      return new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
+      // What this write appends: the answered grant, with its float's share.
+      const body = JSON.parse(args[args.indexOf('b') + 1]!) as { grants: unknown[][] };
+      return new Promise((r) => setTimeout(r, 1000))
+        .then(() => append(...args))
+        .then((id) => {
+          if (id !== null && body.grants.some((g) => g[0] === keyId && Number(g[9] ?? 0) > 0)) floated.push(id);
+          return id;
+        })
+        .finally(() => written++);
     };
     ask(2, 1);
     await until(() => answers().some((x) => x.re === 2), 'the second answer');
     expect(answers().find((x) => x.re === 2)!.messages.find((m) => m.type === 'grant')).to.include({ floated: 1 });
     expect(held, 'log writes started').to.be.above(0);
     expect(written, 'log writes finished before the answer').to.equal(0);
-    await until(async () => (await floatedGrants(ctx.raw, ctx.prefix, keyId)) > 0, 'the grant to reach the log after', 5000);
+    // Appended after (the log itself keeps it only until the next checkpoint, which covers it).
+    await until(() => floated.length > 0, 'the grant to reach the log after', 5000);
     s.destroy();
+  });
+
+  it('this node’s own credit is spent only once on record: with the log write held, its first sight on a shard it owns waits, misses, and is granted after', async () => {
+    const a = join('a');
+    await a.bus.ready();
+    const keyId = keysOwnedBy(a, 'a', 'own')();
+    // Every log write of a's held for a second (Redis itself runs on).
+    const bus = a.bus as unknown as { appendGrants: (...args: unknown[]) => Promise<boolean> };
+    const append = bus.appendGrants.bind(a.bus);
+    let written = 0;
+    bus.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
+    const r = await a.node.acquire(keyId, limits(100));
+    expect(r.admitted, 'admitted on credit not yet on record').to.equal(false);
+    expect(written).to.equal(0);
+    expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
+    await until(() => a.node.buckets.peek(keyId)!.buckets[0]!.issued > 0, 'the grant once on record', 5000);
+    expect(written).to.be.above(0);
+    expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.above(0);
   });
 
   it('falls back to Redis pub/sub for an owner that takes no direct asks, with the same answers', async () => {

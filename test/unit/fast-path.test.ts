@@ -90,3 +90,34 @@ describe('FastPath deadline', () => {
     }
   });
 });
+
+describe('FastPath: grants made in process whose log write is out', () => {
+  it('settles with them once on record, with nothing if the log refused them, like an owner’s answer', async () => {
+    const t = await overSocket();
+    try {
+      const g = grant();
+      expect(await t.fp.ask('n', new Map(), [], false, 1000, [Promise.resolve([g])])).to.deep.equal([g]);
+      expect(await t.fp.ask('n', new Map(), [], false, 1000, [Promise.resolve([])])).to.deep.equal([]);
+      expect(t.stats.fastPathTimeouts).to.equal(0);
+    } finally {
+      t.close();
+    }
+  });
+
+  it('a write that comes back after the deadline misses it; its grant is applied then, never before', async () => {
+    const t = await overSocket();
+    try {
+      let written!: (grants: readonly Grant[]) => void;
+      const out = new Promise<readonly Grant[]>((r) => (written = r));
+      expect(await t.fp.ask('n', new Map(), [], false, 1, [out])).to.equal(undefined);
+      expect(t.stats.fastPathTimeouts).to.equal(1);
+      expect(t.delivered).to.deep.equal([]);
+      written([grant()]);
+      await out;
+      await new Promise((r) => setImmediate(r));
+      expect(t.delivered).to.have.length(1);
+    } finally {
+      t.close();
+    }
+  });
+});
