@@ -200,6 +200,25 @@ export function summarize(samples: readonly Sample[], outage: { fromMs: number; 
   return { outage, phases, total, limit, window, afterSpent, ok: window.ok && afterSpent.ok };
 }
 
+/**
+ * Per second of the run (by when each request was sent): admitted, of which degraded, refused, other.
+ * For `--json`: a run whose totals look off can be read second by second.
+ */
+export function perSecond(samples: readonly Sample[]): Array<[admitted: number, degraded: number, refused: number, other: number]> {
+  const out: Array<[number, number, number, number]> = [];
+  for (const s of samples) {
+    const i = Math.max(0, Math.floor(s.sentMs / 1000));
+    while (out.length <= i) out.push([0, 0, 0, 0]);
+    const row = out[i]!;
+    if (s.status === 200) {
+      row[0]++;
+      if (s.degraded) row[1]++;
+    } else if (s.status === 429) row[2]++;
+    else row[3]++;
+  }
+  return out;
+}
+
 /** 1234567 → "1,234,567". */
 const n = (x: number): string => x.toLocaleString('en-US');
 const s1 = (ms: number): string => (ms / 1000).toFixed(1);

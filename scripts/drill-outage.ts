@@ -9,6 +9,7 @@ import {
   WINDOW_MARGIN_MS,
   WINDOW_MS,
   parseDrillArgs,
+  perSecond,
   pickKeyHashSecret,
   renderTable,
   renderVerdict,
@@ -211,6 +212,7 @@ async function run(opts: DrillOptions, argv: readonly string[]): Promise<boolean
       total: { ...report.total, failOpen: failOpenByPhase.total },
       windowBound: report.window,
       afterSpent: { ...report.afterSpent, spentAtMs: round(report.afterSpent.spentAtMs), fromMs: round(report.afterSpent.fromMs) },
+      perSecond: perSecond(samples),
       unexpectedExits: unexpected,
       ok: report.ok && unexpected.length === 0 && !straddled,
     };

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { KeyHasher } from '../../lib/key-id.js';
 import { phaseOffset } from '../../lib/window.js';
-import { parseDrillArgs, pickKeyHashSecret, renderVerdict, summarize, WINDOW_MS, type DrillOptions, type Sample } from '../../scripts/drill-outage-core.js';
+import { parseDrillArgs, perSecond, pickKeyHashSecret, renderVerdict, summarize, WINDOW_MS, type DrillOptions, type Sample } from '../../scripts/drill-outage-core.js';
 
 describe('npm run drill:outage: flags, window and verdict', () => {
   it('defaults to the issue drill: 30/s for 110 s, Redis frozen from 10 s for 40 s, 1,000 per hour, degraded after 30 s, 3 nodes', () => {
@@ -87,5 +87,10 @@ describe('npm run drill:outage: flags, window and verdict', () => {
     expect(unspent.afterSpent).to.deep.equal({ spentAtMs: null, fromMs: null, sent: 0, admitted: 0, ok: true });
     expect(unspent.total.other).to.deep.equal({ '0': 2, '503': 1 });
     expect(renderVerdict(unspent)).to.include('not reached');
+  });
+
+  it('counts each second of the run for --json: admitted, degraded, refused, other', () => {
+    const samples = [...run(0, 1, 200), { sentMs: 400, doneMs: 401, status: 429, degraded: false }, ...run(2, 1, 200, true), ...run(2.5, 1, 0)];
+    expect(perSecond(samples)).to.deep.equal([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 1]]);
   });
 });
