@@ -422,10 +422,17 @@ export class LeaseNode {
     }
   }
 
-  /** Rolls `b` into the window of `w` running at `now`, if it is in an earlier one. */
+  /**
+   * Rolls `b` into the window of `w` running at `now`, if it is in an earlier one — never back into
+   * an earlier one. A wall clock stepped back over a boundary (within the skew allowed) leaves the
+   * bucket in the window it is in until the clock is past that window's start again: admissions go
+   * on counting there, against its credit. Rolling back would reset the bucket's counts while the
+   * owner's ledger keeps them, and a restated grant (cumulative) would then hand it again what it
+   * had spent already.
+   */
   private rollToNow(keyId: string, b: Bucket, w: WindowSpec, now: number): void {
     const id = windowIdAt(now, w.windowMs, b.offset);
-    if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+    if (!(id <= b.windowId)) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
   }
 
   private heard(shard: number): void {
