@@ -143,6 +143,7 @@ function stalls(values: { seeds?: string; json?: boolean; [other: string]: unkno
 function renderStalls(runs: StallRun[]): string {
   const worst = (f: (r: StallRun) => number): StallRun => runs.reduce((a, b) => (f(b) > f(a) ? b : a));
   const over = worst((r) => r.result.overPct);
+  const overF4 = worst((r) => r.result.overF4Pct);
   const outstanding = worst((r) => r.result.maxOutstandingRatio);
   const under = worst((r) => r.result.underPct);
   const rows: Array<[string, string]> = [
@@ -150,6 +151,8 @@ function renderStalls(runs: StallRun[]): string {
     ['runs with a boundary self-grant', String(runs.filter((r) => r.result.selfGrants > 0).length)],
     ['runs admitting past an allowance', String(runs.filter((r) => r.result.overPct > 0).length)],
     ['worst over % (seed)', `${over.result.overPct} (${over.seed})`],
+    ["runs admitting past F4's bound (allowance + self-grants, per window)", String(runs.filter((r) => r.result.overF4Pct > 0).length)],
+    ["worst over % past F4's bound (seed)", `${overF4.result.overF4Pct} (${overF4.seed})`],
     ['max outstanding / allowance (seed)', `${outstanding.result.maxOutstandingRatio} (${outstanding.seed})`],
     ['invariant violations', String(runs.reduce((n, r) => n + r.result.invariantViolations, 0))],
     ['worst under % (seed): accuracy, not safety', `${under.result.underPct} (${under.seed})`],
