@@ -22,8 +22,11 @@ const UNRELIABLE_256 = 26;
 const HEDGE_MAX = 3;
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
 const AHEAD_ROUNDS = 2;
-/** Clock skew between nodes allowed for, in rounds (50 ms). */
-const SKEW_ROUNDS = 2;
+/**
+ * Clock skew between nodes allowed for, in rounds (50 ms): any two wall clocks agree within this,
+ * steps included (each within a round of true time).
+ */
+export const SKEW_ROUNDS = 2;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 

@@ -1,5 +1,6 @@
 import { MemoryBus } from '../../bus/memory.js';
 import { joinFleet } from '../../bus/member.js';
+import type { Clock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
@@ -73,6 +74,13 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   /** Until when each node's process is paused (virtual ms; in the past when it runs). */
   const pausedUntil = new Array<number>(opts.nodes).fill(0);
   const paused = (i: number): boolean => pausedUntil[i]! > clock.now();
+  /**
+   * Each node's wall clock: virtual time plus its offset, which steps (`scenario.clockSteps`); window
+   * ids come from it. Its monotonic clock is the virtual one and never steps. The bus keeps the virtual
+   * clock (Redis's).
+   */
+  const wallOffset = Array.from({ length: opts.nodes }, (_, i) => scenario.clockOffsets?.[i] ?? 0);
+  const clocks: Clock[] = wallOffset.map((_, i) => ({ now: () => clock.now() + wallOffset[i]!, monotonic: () => clock.monotonic() }));
   const bus = new MemoryBus({
     shards: opts.shards,
     roundMs: opts.roundMs,
@@ -103,7 +111,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     degradedAfterMs: 30_000,
   });
   const members: Member[] = [];
-  for (let i = 0; i < opts.nodes; i++) members.push(joinFleet(bus, settings(i, 1), clock));
+  for (let i = 0; i < opts.nodes; i++) members.push(joinFleet(bus, settings(i, 1), clocks[i]!));
   const retired: Member[] = [];
 
   // Rounds: every node every T, at its own phase.
@@ -112,7 +120,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       // A paused process's timer fires once, when it resumes.
       if (paused(i)) return void queue.at(pausedUntil[i]!, tick);
       members[i]!.node.endRound();
-      if (members[i]!.node.round % 40 === 0) members[i]!.owner.sweep(clock.now());
+      if (members[i]!.node.round % 40 === 0) members[i]!.owner.sweep(clocks[i]!.now());
       queue.after(opts.roundMs, tick);
     };
     queue.after(random() * opts.roundMs, tick);
@@ -134,6 +142,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       pausedUntil[p.node] = Math.max(pausedUntil[p.node]!, START + p.atMs + p.ms);
     });
   }
+  for (const c of scenario.clockSteps ?? []) queue.at(START + c.atMs, () => (wallOffset[c.node] = c.toMs));
   for (const r of scenario.restarts ?? []) {
     queue.at(START + r.atMs, () => {
       isolated.add(`n${r.node}`);
@@ -141,7 +150,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     });
     queue.at(START + r.atMs + r.downMs, () => {
       retired.push(members[r.node]!);
-      members[r.node] = joinFleet(bus, settings(r.node, 2), clock);
+      members[r.node] = joinFleet(bus, settings(r.node, 2), clocks[r.node]!);
       isolated.delete(`n${r.node}`);
       drained.delete(r.node);
     });
@@ -187,7 +196,7 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
       else throw err;
     }
     const b = node.buckets.peek(keyIds[k]!)?.buckets[0];
-    const c = countsOf(k, b?.windowId ?? windowIdAt(clock.now(), opts.windowMs, offsets[k]!));
+    const c = countsOf(k, b?.windowId ?? windowIdAt(clocks[n]!.now(), opts.windowMs, offsets[k]!));
     c.offered++;
     if (admittedHere) c.admitted++;
     if (b !== undefined && b.selfIssued > 0) {
@@ -233,12 +242,12 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   const sample = (): void => {
     for (const k of evaluated) {
       const held = new Map<number, number>([[windowIdAt(clock.now(), opts.windowMs, offsets[k]!), 0]]);
-      for (const m of members) {
+      members.forEach((m, i) => {
         const b = m.node.buckets.peek(keyIds[k]!)?.buckets[0];
-        if (b === undefined) continue;
-        if (b.windowEnd > clock.now() && b.credit > 0) held.set(b.windowId, (held.get(b.windowId) ?? 0) + b.credit);
+        if (b === undefined) return;
+        if (b.windowEnd > clocks[i]!.now() && b.credit > 0) held.set(b.windowId, (held.get(b.windowId) ?? 0) + b.credit);
         if (b.nextWindowId > b.windowId && b.nextIssued > 0) held.set(b.nextWindowId, (held.get(b.nextWindowId) ?? 0) + b.nextIssued);
-      }
+      });
       for (const [wid, credit] of held) maxOutstanding = Math.max(maxOutstanding, ((counts[k]!.get(wid)?.admitted ?? 0) + credit) / traffic[k]!.limit);
     }
     queue.after(opts.roundMs, sample);
