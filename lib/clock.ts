@@ -39,9 +39,18 @@ export class FakeClock implements Clock {
     this.mono += ms;
   }
 
+  /**
+   * Steps the wall clock by `ms`, forward or back, as NTP does; the monotonic clock does not move.
+   * Window ids come from the wall clock, so a step can move a node into another window.
+   */
+  step(ms: number): void {
+    if (!Number.isFinite(ms)) throw new RangeError('FakeClock.step: ms must be finite');
+    this.wall += ms;
+  }
+
   /** Sets the wall clock (for example to a window boundary); the monotonic clock moves by the same step. */
   set(wallMs: number): void {
-    if (wallMs < this.wall) throw new RangeError('FakeClock.set: the clock never goes back');
+    if (wallMs < this.wall) throw new RangeError('FakeClock.set: the clock never goes back (step() does)');
     this.advance(wallMs - this.wall);
   }
 }

@@ -2,6 +2,7 @@ import type { Clock } from './clock.js';
 import { ErrorCode, RateLimiterError } from './errors.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
 import { leaseTarget } from './lease-size.js';
+import { SKEW_ROUNDS } from './lease-node.js';
 import type { LogEntry } from './protocol/log.js';
 import { phaseOffset, windowEndMs } from './window.js';
 
@@ -183,6 +184,7 @@ export class FoldOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
+    if (this.ended(windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
     const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.absorb(req.nodeId, lease, req, req.selfIssued > 0);
@@ -381,6 +383,7 @@ export class FoldOwner {
    * on the nodes that happened to hold it when the key stopped, while others refused.)
    */
   private topUp(ledger: Ledger, lease: Lease, r: Report): void {
+    if (this.ended(ledger.windowEnd)) return;
     const target = this.target(ledger, r.demand);
     if (held(lease) >= target) return;
     // The float too, when the pool is short (a top-up goes out once all it states is on record).
@@ -475,11 +478,22 @@ export class FoldOwner {
     return out;
   }
 
-  /** Drops ledgers of windows that ended more than two rounds ago, and forgets ended self-grant episodes. */
+  /**
+   * Whether a window that ends at `windowEnd` ended more than SKEW_ROUNDS ago by this owner's clock.
+   * No node whose clock is within the skew allowed of this one's is still in it, so its ledger may be
+   * swept, and nothing more is issued for it. An ask or a report that late was long on its way (what
+   * it got would land after the window ended there too) or comes from a clock stepped back beyond the
+   * skew, and a ledger swept meanwhile would come back empty, as if none of the window's allowance had
+   * been issued. Such a node is refused until its clock is in a live window.
+   */
+  private ended(windowEnd: number, nowMs = this.cfg.clock.now()): boolean {
+    return windowEnd <= nowMs - SKEW_ROUNDS * this.cfg.roundMs;
+  }
+
+  /** Drops ledgers of windows that ended (`ended`: two rounds ago), and forgets ended self-grant episodes. */
   sweep(nowMs: number): void {
-    const horizon = nowMs - 2 * this.cfg.roundMs;
     for (const [keyId, list] of this.ledgers) {
-      const live = list.filter((l) => l.windowEnd > horizon);
+      const live = list.filter((l) => !this.ended(l.windowEnd, nowMs));
       this.ledgerCount -= list.length - live.length;
       if (live.length === 0) this.ledgers.delete(keyId);
       else if (live.length !== list.length) this.ledgers.set(keyId, live);

@@ -22,8 +22,11 @@ const UNRELIABLE_256 = 26;
 const HEDGE_MAX = 3;
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
 const AHEAD_ROUNDS = 2;
-/** Clock skew between nodes allowed for, in rounds (50 ms). */
-const SKEW_ROUNDS = 2;
+/**
+ * Clock skew between nodes allowed for, in rounds (50 ms): any two wall clocks agree within this,
+ * steps included (each within a round of true time).
+ */
+export const SKEW_ROUNDS = 2;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 
@@ -422,10 +425,17 @@ export class LeaseNode {
     }
   }
 
-  /** Rolls `b` into the window of `w` running at `now`, if it is in an earlier one. */
+  /**
+   * Rolls `b` into the window of `w` running at `now`, if it is in an earlier one — never back into
+   * an earlier one. A wall clock stepped back over a boundary (within the skew allowed) leaves the
+   * bucket in the window it is in until the clock is past that window's start again: admissions go
+   * on counting there, against its credit. Rolling back would reset the bucket's counts while the
+   * owner's ledger keeps them, and a restated grant (cumulative) would then hand it again what it
+   * had spent already.
+   */
   private rollToNow(keyId: string, b: Bucket, w: WindowSpec, now: number): void {
     const id = windowIdAt(now, w.windowMs, b.offset);
-    if (id !== b.windowId) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+    if (!(id <= b.windowId)) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
   }
 
   private heard(shard: number): void {

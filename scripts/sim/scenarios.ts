@@ -43,6 +43,16 @@ export interface Pause {
   readonly ms: number;
 }
 
+/**
+ * A step of node `node`'s wall clock at `atMs` (as NTP makes one): from then on it reads virtual time
+ * plus `toMs` (forward or back). Its monotonic clock never steps.
+ */
+export interface ClockStep {
+  readonly node: number;
+  readonly atMs: number;
+  readonly toMs: number;
+}
+
 /** One simulated situation. Times are relative to the start of the run. */
 export interface Scenario {
   readonly name: string;
@@ -51,6 +61,9 @@ export interface Scenario {
   readonly isolations?: readonly Isolation[];
   readonly restarts?: readonly Restart[];
   readonly pauses?: readonly Pause[];
+  /** Each node's wall clock at the start: virtual time plus this many ms (0 for nodes not listed). */
+  readonly clockOffsets?: readonly number[];
+  readonly clockSteps?: readonly ClockStep[];
   readonly duplicate?: number;
   readonly reorderMs?: number;
   readonly loss?: number;

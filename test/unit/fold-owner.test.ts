@@ -244,6 +244,24 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.size).to.equal(0);
   });
 
+  it('issues nothing for a window that ended two rounds ago, so a swept ledger never comes back empty', () => {
+    const clock = new FakeClock(NOW);
+    const o = new FoldOwner(ownerConfig(clock, new FixedFleet(4), { reserveRatio: 0 }));
+    const end = windowEndMs(WID, W, phaseOffset(KEY, W));
+    expect(o.onCreditRequest(small('a', 10, 0))!.issued).to.equal(10); // the whole allowance
+    // Within the skew clocks may be apart (two rounds), a node still in the window is served.
+    clock.set(end + 49);
+    expect(o.onCreditRequest(small('b', 1, 0))).to.equal(undefined); // nothing left
+    expect(o.onCreditRequest({ ...small('b', 1, 0), keyId: 'v1:ANOTHERANOTHERANOTHER', windowId: Math.floor((end + 49 - phaseOffset('v1:ANOTHERANOTHERANOTHER', W)) / W) })).to.not.equal(undefined);
+    clock.set(end + 50);
+    o.sweep(clock.now());
+    expect(o.committed(KEY, W, WID)).to.equal(0); // forgotten
+    // A node whose clock stepped back beyond the skew asks, and reports demand: still nothing.
+    expect(o.onCreditRequest(small('b', 1, 0))).to.equal(undefined);
+    expect(o.onReports(batch('b', 'b-e1', 1, 0, 50, 10)).filter((m) => m.type === 'grant')).to.deep.equal([]);
+    expect(o.issued(KEY, W, WID)).to.equal(0);
+  });
+
   describe('L2: issued credit never exceeds the allowance, whatever the schedule', () => {
     for (let seed = 1; seed <= 60; seed++) {
       it(`seed ${seed}`, () => {

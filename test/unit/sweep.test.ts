@@ -62,6 +62,7 @@ describe('accuracy sweep: the grid and its traffic shapes', () => {
       offered: 1,
       admitted: 1,
       overPct: 0,
+      overF4Pct: 0,
       underPct,
       falseDenialPct,
       fastPathPct: 0,
