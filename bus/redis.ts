@@ -40,8 +40,10 @@ const FENCE_SCRIPT = readFileSync(new URL('./lua/fence.lua', import.meta.url), '
 const APPEND_GRANTS_SCRIPT = readFileSync(new URL('./lua/append-grants.lua', import.meta.url), 'utf8');
 /** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
 const CLAIM_EVERY_ROUNDS = 8;
-/** A blind takeover waits at most this many rounds for every member to report again. */
-const BLIND_MAX_ROUNDS = 20;
+/** An owner epoch further ahead of Redis time (ms) than this was written in, never claimed (`lua/round.lua`). */
+const EPOCH_AHEAD_MAX = 1e9;
+/** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
+const MAX_STATEMENT = 65_536;
 
 type Client = RedisClient;
 type StreamEntries = Array<[string, string[]]>;
@@ -105,7 +107,7 @@ export interface RedisBusStats extends FastPathStats {
   messagesSent: number;
   /** Owner messages dropped because a newer owner holds their shard. */
   staleMessages: number;
-  /** Grants issued but never sent: their log write failed, or came back too late to be sure of. */
+  /** Grants issued but never sent: their log write failed, or the log's fence refused it. */
   grantsWithheld: number;
   takeovers: number;
   snapshots: number;
@@ -177,8 +179,10 @@ export class RedisBus implements Bus {
   /** The fast path's direct channel; undefined when `fastPath: false`. */
   private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
-  /** Per member, the last statement refused (counted once, not at every round that reads it again). */
-  private readonly refused = new Map<string, string>();
+  /** Members whose statement is refused now (counted once as they turn so, not at every round). */
+  private readonly refused = new Set<string>();
+  /** Shards to give up in the next round (their log's fence stands against our epoch), to claim anew. */
+  private readonly relinquish = new Set<number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -394,9 +398,11 @@ export class RedisBus implements Bus {
       this.releasing.add(s);
     }
     const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
+    const givenUp = [...new Set([...released, ...this.relinquish])];
+    this.relinquish.clear();
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
-      .then(() => (this.closed ? undefined : this.runRound(wanted, released, false)))
+      .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, false)))
       .catch((err: unknown) => {
         this.stats.roundFailures++;
         this.warn(err, 'control round failed');
@@ -489,7 +495,10 @@ export class RedisBus implements Bus {
     for (const [id, m] of this.members) {
       if (!seen.has(id)) m.fresh = false;
       const leftAt = left.get(id);
-      if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) this.members.delete(id);
+      if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) {
+        this.members.delete(id);
+        this.refused.delete(id);
+      }
     }
     const held = new Map<number, number>();
     for (let i = 0; i + 1 < flatHeld.length; i += 2) held.set(Number(flatHeld[i]), Number(flatHeld[i + 1]));
@@ -500,16 +509,19 @@ export class RedisBus implements Bus {
       const s = Number(flatOwners[i]);
       const [token = '', epoch = '0', exp = '0'] = flatOwners[i + 1]!.split('|');
       const [owner = '', ownerProcess = ''] = token.split('/');
-      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow) continue;
+      // An epoch far ahead of Redis time was never made by a claim (they are seeded from it and grow
+      // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
+      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow || !(Number(epoch) <= redisNow + EPOCH_AHEAD_MAX)) continue;
       const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === Number(epoch);
       this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow), ours };
       this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
       if (!this.mine(s)) continue;
       const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
-      if (o !== undefined && (o.epoch === Number(epoch) || blindSet.has(s))) {
-        // Ours all along (renewed; or re-claimed after Redis lost the table, nobody else having
-        // served it meanwhile): the ledgers are current. A new epoch raises the log's fence with it.
+      if (o !== undefined && (o.epoch === Number(epoch) || (blindSet.has(s) && got < o.validUntil))) {
+        // Ours all along (renewed; or re-claimed after Redis lost the table while our lease was
+        // certainly current, so nobody else served it meanwhile): the ledgers are current. A new
+        // epoch raises the log's fence with it.
         const raise = o.epoch !== Number(epoch);
         o.epoch = Number(epoch);
         o.validUntil = validUntil;
@@ -534,7 +546,7 @@ export class RedisBus implements Bus {
     this.replyGot = got;
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o.takenAt, got)) o.state = 'ready';
+      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o.takenAt)) o.state = 'ready';
     }
     this.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
@@ -596,21 +608,25 @@ export class RedisBus implements Bus {
 
   /**
    * A member's stored statement, if it verifies and names that member; otherwise undefined, counted by
-   * reason once for each value (every round reads it again). An empty one (a release that signs none,
-   * or a field someone deleted) says nothing either.
+   * reason when the member's statements turn unverifiable (every round reads them again). An empty one
+   * (a release that signs none, or a field someone deleted) says nothing either.
    */
   private openBeat(nodeId: string, field: string): Bodies['beat'] | undefined {
     if (field === '') return undefined;
     let reason: RejectReason;
     try {
+      if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
       const env = this.codec.open(EnvelopeCodec.fromJson(field));
-      if (env.t === 'beat' && env.body.nodeId === nodeId) return env.body;
+      if (env.t === 'beat' && env.body.nodeId === nodeId) {
+        this.refused.delete(nodeId);
+        return env.body;
+      }
       reason = 'malformed';
     } catch (err) {
       reason = err instanceof EnvelopeError ? err.reason : 'malformed';
     }
-    if (this.refused.get(nodeId) !== field) {
-      this.refused.set(nodeId, field);
+    if (!this.refused.has(nodeId)) {
+      this.refused.add(nodeId);
       this.stats.rejected[reason]++;
       this.warn(new Error(`${reason}: statement of member ${nodeId}`), 'heartbeat statement refused; the member owns nothing and is held back');
     }
@@ -624,13 +640,13 @@ export class RedisBus implements Bus {
 
   /**
    * After a blind takeover: whether every member has run a round since (so has seen the new owner and
-   * reported its buckets again), or the wait has gone on long enough that those who have not are
-   * held back as silent anyway.
+   * reported its buckets again). With the log lost, a member's reports are the only record of the
+   * credit it holds, which can be any part of a window (a lease, not only a self-grant): a silent one
+   * holds the shard back until it reports or is forgotten (`memberExpiryMs`, when it could only be
+   * degraded), however long that takes.
    */
-  private everyoneReportedSince(takenAt: number, now: number): boolean {
-    const roundMs = this.opts.roundMs;
-    if (now - takenAt >= BLIND_MAX_ROUNDS * roundMs) return true;
-    for (const m of this.members.values()) if (m.lastSeen < takenAt + 2 * roundMs) return false;
+  private everyoneReportedSince(takenAt: number): boolean {
+    for (const m of this.members.values()) if (m.lastSeen < takenAt + 2 * this.opts.roundMs) return false;
     return true;
   }
 
@@ -695,11 +711,8 @@ export class RedisBus implements Bus {
       this.stats.takeovers++;
       await this.ensureGroup(shard);
       // Fenced first, replayed after: every grant an earlier owner can still have issued is in the log.
-      if (!(await this.raiseFence(shard, st.epoch))) {
-        if (current()) this.owned.delete(shard);
-        this.warn(new Error(`shard ${shard}: the log is fenced under a higher owner epoch`), 'takeover refused; retried next round');
-        return;
-      }
+      const raised = await this.raiseFence(shard, st.epoch);
+      if (raised !== true) return this.standDown(shard, raised, st);
       if (!current()) return;
       const [log, reports] = (await Promise.all([
         this.redis.call('XRANGE', this.key(shard, 'log'), '-', '+'),
@@ -906,11 +919,9 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write
-   * succeeded in time: its reply came while the shard was still ours (or being given up by a round
-   * that waits for it) and within our lease. A reply after that may be of a write Redis served after
-   * a successor replayed the log: its grants must not go out. The owner learns of each write in time
-   * that its grants are on record (`logged`).
+   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write was
+   * taken — not refused by the log's fence — whenever its reply comes. Only such grants may go out;
+   * the owner learns of each that its grants are on record (`logged`).
    */
   private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
     const grants = new Map<number, Grant[]>();
@@ -926,11 +937,12 @@ export class RedisBus implements Bus {
       const o = this.owned.get(shard);
       if (o !== undefined) o.dirty = true;
       const write = this.appendGrants(shard, this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), list[0]!.ownerEpoch, conn);
+      // On record means replayed by any later owner: it raises the log's fence before it reads the log,
+      // so a write that reached Redis after that was refused. No lease time to check.
       writes.push(
         write.then((written) => {
-          const ok = written && o !== undefined && (this.owned.get(shard) === o || o.leaving === true) && this.clock.monotonic() < o.validUntil;
-          if (ok) this.owner?.logged?.(list);
-          return ok;
+          if (written) this.owner?.logged?.(list);
+          return written;
         }),
       );
       // Writes go on two connections, so a later one may finish first: wait for all of them.
@@ -992,44 +1004,64 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Raises the fence of a shard's log (`lua/fence.lua`) under `epoch`; a fence that stands against it
-   * but does not verify, or does not sign what it says, was written without the bus secret: it is
-   * counted, replaced, and the fence raised. Returns whether it is ours now.
+   * Raises the fence of a shard's log (`lua/fence.lua`) under `epoch`. Returns true when it is ours
+   * now, else the epoch of the genuine fence that stands. What stands is judged by its seal: a fence
+   * whose seal does not verify was written without the bus secret, and one whose plain fields differ
+   * from its seal was tampered with; either is counted. One whose seal does not stand against us is
+   * replaced by ours; one whose seal does is put back as sealed, and stands.
    */
-  private async raiseFence(shard: number, epoch: number): Promise<boolean> {
+  private async raiseFence(shard: number, epoch: number): Promise<true | number> {
     const { nodeId, nodeEpoch } = this.identity!;
-    const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
-    const raise = (forged?: string): Promise<[number, string?, string?, string?]> =>
-      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), String(epoch), this.process, seal, ...(forged === undefined ? [] : [forged]));
-    const [ok, standing = '', holder = '', standingSeal = ''] = await raise();
+    const raise = (e: number, holder: string, seal: string, found?: string): Promise<[number, string?, string?, string?]> =>
+      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), String(e), holder, seal, ...(found === undefined ? [] : [found]));
+    const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
+    const [ok, standing = '', holder = '', seal = ''] = await raise(epoch, this.process, mine);
     if (ok === 1) return true;
-    const reason = this.forgedFence(shard, standing, holder, standingSeal);
-    if (reason === undefined) return false;
-    this.stats.rejected[reason]++;
-    this.warn(new Error(`${reason}: fence of shard ${shard} at epoch ${standing}`), 'forged log fence replaced', { shard });
-    return (await raise(standingSeal))[0] === 1;
-  }
-
-  /** Why a fence found standing was not raised by an owner (the bus secret's), or undefined if it was. */
-  private forgedFence(shard: number, epoch: string, holder: string, seal: string): RejectReason | undefined {
+    let sealed: Bodies['fence'] | undefined;
+    let reason: RejectReason | undefined;
     try {
       const env = this.codec.open(EnvelopeCodec.fromJson(seal));
-      if (env.t === 'fence' && env.body.shard === shard && String(env.body.epoch) === epoch && `${env.body.nodeId}/${env.body.nodeEpoch}` === holder) return undefined;
-      return 'malformed';
+      if (env.t === 'fence' && env.body.shard === shard) sealed = env.body;
+      else reason = 'malformed';
     } catch (err) {
-      return err instanceof EnvelopeError ? err.reason : 'malformed';
+      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
     }
+    const sealedHolder = sealed === undefined ? '' : `${sealed.nodeId}/${sealed.nodeEpoch}`;
+    if (sealed !== undefined && (String(sealed.epoch) !== standing || sealedHolder !== holder)) reason = 'malformed';
+    if (reason !== undefined) {
+      this.stats.rejected[reason]++;
+      this.warn(new Error(`${reason}: fence of shard ${shard} at epoch ${standing}`), 'log fence not as sealed; replaced', { shard });
+    }
+    if (sealed !== undefined && (sealed.epoch > epoch || (sealed.epoch === epoch && sealedHolder !== this.process))) {
+      if (reason !== undefined) await raise(sealed.epoch, sealedHolder, seal, seal);
+      return sealed.epoch;
+    }
+    return (await raise(epoch, this.process, mine, seal))[0] === 1 || this.raiseFence(shard, epoch);
   }
 
   /**
-   * A write of ours was refused by the log's fence: a forged fence is replaced (the write is tried
-   * again by the next round's work), a real one means a later owner took the shard, and this node
-   * stops serving it at once. Returns whether it may write again.
+   * A genuine fence of epoch `standing` stands against us: a later owner took the shard, or our table
+   * epoch is behind one the log has seen (Redis lost the table but not the log's fence). Stop serving
+   * it at once, learn that epoch, and give the shard up in the next round: a claim after that (ours
+   * or another's) gets a higher epoch, so nobody renews one the fence refuses for good.
+   */
+  private standDown(shard: number, standing: number, o: Owned): void {
+    this.maxEpoch = Math.max(this.maxEpoch, standing);
+    this.relinquish.add(shard);
+    if (this.owned.get(shard) === o) this.owned.delete(shard);
+    this.warn(new Error(`shard ${shard}: the log is fenced under owner epoch ${standing}`), 'stopped serving a shard whose log a later owner fenced');
+  }
+
+  /**
+   * A write of ours was refused by the log's fence: a forged one is replaced (the write is tried
+   * again by the next round's work), a genuine one means this node stands down. Returns whether it
+   * may write again.
    */
   private async fenceStands(shard: number, o: Owned): Promise<boolean> {
-    if (this.owned.get(shard) !== o || (await this.raiseFence(shard, o.epoch))) return this.owned.get(shard) === o;
-    if (this.owned.get(shard) === o) this.owned.delete(shard);
-    this.warn(new Error(`shard ${shard}: a later owner fenced the log`), 'stopped serving a shard another owner took');
+    if (this.owned.get(shard) !== o) return false;
+    const raised = await this.raiseFence(shard, o.epoch);
+    if (raised === true) return this.owned.get(shard) === o;
+    this.standDown(shard, raised, o);
     return false;
   }
 
@@ -1164,7 +1196,7 @@ export class RedisBus implements Bus {
         if (g !== undefined) {
           // This node's own credit too is spent only once on record (or out of the float, which is):
           // a later owner replays the log, and what it lacks it would issue again.
-          const written = this.logGrants([g]);
+          const written = this.logGrants([g], this.fast);
           if (this.owner!.onRecord?.(g) === true) local.push(g);
           else unrecorded.push(written.then((ok) => (ok ? [g] : (this.stats.grantsWithheld++, []))));
         }

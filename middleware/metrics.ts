@@ -108,7 +108,7 @@ export class LimiterMetrics {
     });
     new Counter({
       name: 'fleet_ratelimit_grants_withheld_total',
-      help: 'As a shard owner: grants issued but never sent, because their log write failed or came back too late in the lease to be sure of (accuracy lost, never safety).',
+      help: 'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
       registers: [r],
       collect() {
         mirror(this, (src.bus as unknown as BusStats).stats?.grantsWithheld ?? 0);

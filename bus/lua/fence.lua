@@ -5,8 +5,8 @@
 -- KEYS[1] the shard's fence hash: epoch, holder, seal
 -- ARGV[1] the claimant's owner epoch   ARGV[2] the claimant's process, `nodeId/nodeEpoch`
 -- ARGV[3] its sealed `fence` envelope (stored for readers: this script cannot check a MAC)
--- ARGV[4] optional: the seal of a fence the claimant found forged; a fence with exactly that seal is
---         replaced whatever its epoch
+-- ARGV[4] optional: the seal of a fence the claimant found forged (empty: none); a fence with exactly
+--         that seal is replaced whatever its epoch
 --
 -- A fence stands against the claimant when its epoch is higher, or equal and another process's.
 -- An epoch that is not a number fences nothing.
@@ -14,7 +14,7 @@
 local f = redis.call('HMGET', KEYS[1], 'epoch', 'holder', 'seal')
 local epoch = tonumber(f[1])
 local mine = tonumber(ARGV[1])
-if epoch ~= nil and (epoch > mine or (epoch == mine and f[2] ~= ARGV[2])) and f[3] ~= ARGV[4] then
+if epoch ~= nil and (epoch > mine or (epoch == mine and f[2] ~= ARGV[2])) and (f[3] or '') ~= ARGV[4] then
   return { 0, f[1], f[2] or '', f[3] or '' }
 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'holder', ARGV[2], 'seal', ARGV[3])

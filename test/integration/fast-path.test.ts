@@ -22,12 +22,13 @@ function keysOwnedBy(asker: Member, owner: string, salt: string): () => string {
   };
 }
 
-/** Grants logged in a shard's log for `keyId`. */
+/** Grants for `keyId` on record in its shard's log: logged, or in a checkpoint that trimmed them. */
 async function loggedGrants(raw: Redis, prefix: string, keyId: string): Promise<number> {
   let n = 0;
   for (const [, flat] of await raw.xrange(`${prefix}:{s${placeOf(keyId).shard}}:log`, '-', '+')) {
     const env = codec.open(EnvelopeCodec.fromStream(flat));
-    if (env.t === 'grants') n += env.body.grants.filter((g) => g.keyId === keyId).length;
+    const grants = env.t === 'grants' ? env.body.grants : env.t === 'snapshot' ? env.body.entries.flatMap((e) => (e.kind === 'grant' ? [e.grant] : [])) : [];
+    n += grants.filter((g) => g.keyId === keyId).length;
   }
   return n;
 }
@@ -64,35 +65,18 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     // With Redis refusing writes, the owner cannot log the grant: the answer waits, the ask misses.
     const keyId = next();
     const direct = a.bus.stats.asksDirect;
-    const applied = a.node.stats.grantsApplied;
+    const issued = (): number => a.node.buckets.peek(keyId)?.buckets[0]?.issued ?? 0;
     await ctx.raw.call('CLIENT', 'PAUSE', '100', 'WRITE');
     const r = await a.node.acquire(keyId, limits(100));
     expect(a.bus.stats.asksDirect).to.equal(direct + 1);
     expect(r.admitted).to.equal(false);
     await new Promise((res) => setTimeout(res, 60));
-    expect(a.node.stats.grantsApplied, 'grants applied before the log has them').to.equal(applied);
+    // (Answers to other keys' earlier asks may still land on a busy machine: this key's bucket says.)
+    expect(issued(), 'credit applied before the log has it').to.equal(0);
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
-    // Once Redis takes writes again the grant is logged, then delivered late (kept for the next
-    // request) — or withheld, if the write's reply came too close to the end of b's lease to be sure.
-    await until(() => a.node.stats.grantsApplied > applied || b.bus.stats.grantsWithheld > 0, 'the grant to land or be withheld', 3000);
-    if (a.node.stats.grantsApplied > applied) expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.at.least(1);
-  });
-
-  it('a log write answered after the owner’s lease may have lapsed does not hand its grant out', async function () {
-    if (ctx.redis.external) this.skip(); // pauses the server
-    const [a, b, next] = await connected('late');
-    const keyId = next();
-    // Writes held for longer than the owner's lease: a successor could have replayed the log by then.
-    // An allowance of 1, all in the withheld grant: no later top-up (a node whose asks miss on a
-    // busy machine hedges and is topped up once writes resume) can legitimately reach the node.
-    await ctx.raw.call('CLIENT', 'PAUSE', '400', 'WRITE');
-    expect((await a.node.acquire(keyId, limits(1))).admitted).to.equal(false);
-    await until(() => b.bus.stats.grantsWithheld > 0, 'the grant to be withheld', 3000);
-    await new Promise((res) => setTimeout(res, 100));
-    // This key's bucket never got the credit (answers to the other keys' asks before may still land
-    // on a busy machine, so the node's grant count says nothing).
-    expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
-    expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
+    // Once Redis takes writes again the grant is logged, then delivered late (kept for the next request).
+    await until(() => issued() > 0, 'the grant to land', 3000);
+    expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.at.least(1);
   });
 
   it('an ask the owner’s float covers is answered before its log write, which follows', async function () {
@@ -156,6 +140,12 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     bus.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
     const r = await a.node.acquire(keyId, limits(100));
     expect(r.admitted, 'admitted on credit not yet on record').to.equal(false);
+    // Busy for eight rounds meanwhile: its reports ask for top-ups, which wait for the log too.
+    const end = Date.now() + 8 * 25;
+    while (Date.now() < end && written === 0) {
+      expect((await a.node.acquire(keyId, limits(100))).admitted).to.equal(false);
+      await new Promise((res) => setTimeout(res, 2));
+    }
     expect(written).to.equal(0);
     expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
     await until(() => a.node.buckets.peek(keyId)!.buckets[0]!.issued > 0, 'the grant once on record', 5000);
