@@ -187,8 +187,13 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     const gateway = express().use(limiter).use((_req, res) => {
       res.json({ ok: true });
     });
+    // Free plan: its 60 s window's ledger lasts. (On a starved machine a first ask may miss its
+    // deadline, or rounds run late: asked again until one is admitted.)
     const codes: number[] = [];
-    for (let i = 0; i < 3; i++) codes.push((await request(gateway).get('/x')).status); // free plan: its 60 s window's ledger lasts
+    for (let i = 0; i < 100 && !codes.includes(200); i++) {
+      codes.push((await request(gateway).get('/x')).status);
+      if (!codes.includes(200)) await new Promise((r) => setTimeout(r, 10));
+    }
     let h = {} as Health;
     await until(async () => {
       h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as Health;
