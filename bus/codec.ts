@@ -67,9 +67,11 @@ export interface Bodies {
   beat: { nodeId: string; nodeEpoch: string; statement: BeatStatement; left?: boolean };
   /**
    * The fence of a shard's grant log (`lua/fence.lua`): the owner process that took the shard over
-   * under this owner epoch. Writes of a lower epoch, or of another process, are refused.
+   * under this owner epoch. Writes of a lower epoch, or of another process, are refused. `settled`:
+   * that owner had rebuilt the shard's ledgers (replayed the log, or after a blind takeover heard
+   * every member's reports); a takeover that finds no settled fence is blind (Redis lost data).
    */
-  fence: { shard: number; epoch: number; nodeId: string; nodeEpoch: string };
+  fence: { shard: number; epoch: number; nodeId: string; nodeEpoch: string; settled?: boolean };
 }
 
 /**
@@ -214,7 +216,7 @@ const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   greeting: object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str }),
   hello: object({ nonce: str }),
   beat: object({ nodeId: str, nodeEpoch: str, statement: decodeStatement, left: optional(bool) }),
-  fence: object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str }),
+  fence: object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str, settled: optional(bool) }),
 };
 
 const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
@@ -227,7 +229,7 @@ const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   greeting: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port, nonce: b.nonce }),
   hello: (b) => ({ nonce: b.nonce }),
   beat: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted }, ...(b.left ? { left: 1 } : {}) }),
-  fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch }),
+  fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, ...(b.settled ? { settled: 1 } : {}) }),
 };
 
 /**

@@ -77,6 +77,10 @@ interface Owned {
   lastRead: string;
   /** Given up by this round, which runs once the shard's log writes are done. */
   leaving?: boolean;
+  /** The seal of the log fence this owner raised (`raiseFence`), re-sealed `settled` once ready. */
+  seal?: string;
+  /** After a blind takeover: each member's first check-in since, in this process's time. */
+  checkedIn?: Map<string, number>;
 }
 
 interface Member extends Presence {
@@ -181,8 +185,11 @@ export class RedisBus implements Bus {
   private readonly warned = new Map<string, number>();
   /** Members whose statement is refused now (counted once as they turn so, not at every round). */
   private readonly refused = new Set<string>();
-  /** Shards to give up in the next round (their log's fence stands against our epoch), to claim anew. */
-  private readonly relinquish = new Set<number>();
+  /**
+   * Shards to give up in the next round, with the epoch the log's fence stood against, to claim anew
+   * above it (not if the table has moved past that epoch meanwhile).
+   */
+  private readonly relinquish = new Map<number, number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -201,7 +208,7 @@ export class RedisBus implements Bus {
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
     this.redis.defineCommand('frlRound', { numberOfKeys: 5, lua: ROUND_SCRIPT });
     this.redis.defineCommand('frlSnapshot', { numberOfKeys: 3, lua: SNAPSHOT_SCRIPT });
-    this.redis.defineCommand('frlFence', { numberOfKeys: 1, lua: FENCE_SCRIPT });
+    this.redis.defineCommand('frlFence', { numberOfKeys: 2, lua: FENCE_SCRIPT });
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
     this.fast = connect(opts, { commandTimeout: 2000 });
@@ -398,7 +405,8 @@ export class RedisBus implements Bus {
       this.releasing.add(s);
     }
     const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
-    const givenUp = [...new Set([...released, ...this.relinquish])];
+    const stale = [...this.relinquish].filter(([s, e]) => !((this.table[s]?.epoch ?? 0) > e)).map(([s]) => s);
+    const givenUp = [...new Set([...released, ...stale])];
     this.relinquish.clear();
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
@@ -504,6 +512,7 @@ export class RedisBus implements Bus {
     for (let i = 0; i + 1 < flatHeld.length; i += 2) held.set(Number(flatHeld[i]), Number(flatHeld[i + 1]));
 
     const blindSet = new Set(blind.map(Number));
+    const seenEpoch = this.maxEpoch;
     this.table.fill(undefined);
     for (let i = 0; i + 1 < flatOwners.length; i += 2) {
       const s = Number(flatOwners[i]);
@@ -511,23 +520,19 @@ export class RedisBus implements Bus {
       const [owner = '', ownerProcess = ''] = token.split('/');
       // An epoch far ahead of Redis time was never made by a claim (they are seeded from it and grow
       // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
-      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow || !(Number(epoch) <= redisNow + EPOCH_AHEAD_MAX)) continue;
+      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow || !(Number(epoch) <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
       const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === Number(epoch);
       this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow), ours };
       this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
       if (!this.mine(s)) continue;
       const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
-      if (o !== undefined && (o.epoch === Number(epoch) || (blindSet.has(s) && got < o.validUntil))) {
-        // Ours all along (renewed; or re-claimed after Redis lost the table while our lease was
-        // certainly current, so nobody else served it meanwhile): the ledgers are current. A new
-        // epoch raises the log's fence with it.
-        const raise = o.epoch !== Number(epoch);
-        o.epoch = Number(epoch);
+      if (o !== undefined && o.epoch === Number(epoch)) {
+        // Ours all along (renewed under the same epoch, so nobody else claimed it): the ledgers are current.
         o.validUntil = validUntil;
-        if (raise) void this.fenceStands(s, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
       } else {
-        // New to us — or the epoch moved under us, so someone else may have served it: rebuild.
+        // New to us — or the epoch moved under us (someone else may have served it, or Redis lost the
+        // table, and maybe the log): rebuild. Replay merges into what the ledgers hold already.
         const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
         void this.takeover(s, taken, blindSet.has(s));
@@ -546,7 +551,7 @@ export class RedisBus implements Bus {
     this.replyGot = got;
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o.takenAt)) o.state = 'ready';
+      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o)) this.settled(s, o);
     }
     this.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
@@ -639,15 +644,28 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * After a blind takeover: whether every member has run a round since (so has seen the new owner and
-   * reported its buckets again). With the log lost, a member's reports are the only record of the
+   * After a blind takeover: whether every member has run two rounds since (the first tells it of the
+   * new owner, the second's batch reports its buckets again) and a round has passed for that batch
+   * to be read. With the log lost, a member's reports are the only record of the
    * credit it holds, which can be any part of a window (a lease, not only a self-grant): a silent one
    * holds the shard back until it reports or is forgotten (`memberExpiryMs`, when it could only be
    * degraded), however long that takes.
    */
-  private everyoneReportedSince(takenAt: number): boolean {
-    for (const m of this.members.values()) if (m.lastSeen < takenAt + 2 * this.opts.roundMs) return false;
-    return true;
+  private everyoneReportedSince(o: Owned): boolean {
+    const roundMs = this.opts.roundMs;
+    const checkedIn = (o.checkedIn ??= new Map());
+    let all = true;
+    for (const [id, m] of this.members) {
+      if (m.lastSeen < o.takenAt + 2 * roundMs) {
+        all = false;
+        continue;
+      }
+      // Its first check-in since is where it learns the shard changed hands; the batch of its next
+      // round reports every bucket it holds there, and is read a round later.
+      const first = checkedIn.get(id) ?? (checkedIn.set(id, m.lastSeen), m.lastSeen);
+      if (m.lastSeen < first + 2 * roundMs) all = false;
+    }
+    return all;
   }
 
   /**
@@ -710,14 +728,15 @@ export class RedisBus implements Bus {
     try {
       this.stats.takeovers++;
       await this.ensureGroup(shard);
-      // Fenced first, replayed after: every grant an earlier owner can still have issued is in the log.
-      const raised = await this.raiseFence(shard, st.epoch);
-      if (raised !== true) return this.standDown(shard, raised, st);
+      // Fenced and read in one step: every grant an earlier owner can still have issued is in this log.
+      const raised = await this.raiseFence(shard, st, true);
       if (!current()) return;
-      const [log, reports] = (await Promise.all([
-        this.redis.call('XRANGE', this.key(shard, 'log'), '-', '+'),
-        this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+'),
-      ])) as [StreamEntries, StreamEntries];
+      if (typeof raised === 'number') return this.standDown(shard, raised, st);
+      // No settled fence before ours: Redis lost this shard's data (or it never had an owner). The log
+      // may be gone; the members' reports are the record, and only once all of them have come in.
+      if (!raised.settled) blind = true;
+      const log = raised.log;
+      const reports = (await this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+')) as StreamEntries;
       if (!current()) return;
       const entries: LogEntry[] = [];
       for (const [, flat] of [...log, ...reports]) {
@@ -733,7 +752,10 @@ export class RedisBus implements Bus {
         cursor = next;
       } while (cursor !== '0-0');
       st.settleUntil = blind ? this.clock.monotonic() + BLIND_SETTLE_ROUNDS * this.opts.roundMs : 0;
-      st.state = blind ? 'settling' : 'ready';
+      if (blind) {
+        st.checkedIn = new Map();
+        st.state = 'settling';
+      } else this.settled(shard, st);
     } catch (err) {
       this.warn(err, 'takeover failed; retried next round');
       if (current()) this.owned.delete(shard);
@@ -1004,39 +1026,66 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Raises the fence of a shard's log (`lua/fence.lua`) under `epoch`. Returns true when it is ours
-   * now, else the epoch of the genuine fence that stands. What stands is judged by its seal: a fence
-   * whose seal does not verify was written without the bus secret, and one whose plain fields differ
-   * from its seal was tampered with; either is counted. One whose seal does not stand against us is
-   * replaced by ours; one whose seal does is put back as sealed, and stands.
+   * Raises the fence of a shard's log (`lua/fence.lua`) under `o`'s epoch, reading the log in the same
+   * step when `read`. Returns the log and whether the fence it replaced was a settled one sealed with
+   * the bus secret, or else the epoch of the genuine fence that stands. What stands is judged by its
+   * seal: a fence whose seal does not verify was written without the bus secret, and one whose plain
+   * fields differ from its seal was tampered with; either is counted. One whose seal does not stand
+   * against us is replaced by ours; one whose seal does is put back as sealed, and stands.
    */
-  private async raiseFence(shard: number, epoch: number): Promise<true | number> {
+  private async raiseFence(shard: number, o: Owned, read: boolean): Promise<{ log: StreamEntries; settled: boolean } | number> {
+    const epoch = o.epoch;
     const { nodeId, nodeEpoch } = this.identity!;
-    const raise = (e: number, holder: string, seal: string, found?: string): Promise<[number, string?, string?, string?]> =>
-      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), String(e), holder, seal, ...(found === undefined ? [] : [found]));
+    const raise = (e: number, holder: string, seal: string, found: string) =>
+      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
     const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
-    const [ok, standing = '', holder = '', seal = ''] = await raise(epoch, this.process, mine);
-    if (ok === 1) return true;
-    let sealed: Bodies['fence'] | undefined;
-    let reason: RejectReason | undefined;
+    for (let found = '', tries = 0; tries < 3; tries++) {
+      const reply = await raise(epoch, this.process, mine, found);
+      if (reply[0] === 1) {
+        o.seal = mine;
+        return { log: reply[2], settled: this.openFence(shard, reply[1])?.settled === true };
+      }
+      const [, standing, holder, seal] = reply;
+      const sealed = this.openFence(shard, seal);
+      const sealedHolder = sealed === undefined ? '' : `${sealed.nodeId}/${sealed.nodeEpoch}`;
+      const tampered = sealed === undefined || String(sealed.epoch) !== standing || sealedHolder !== holder;
+      if (tampered) {
+        this.stats.rejected.malformed++;
+        this.warn(new Error(`fence of shard ${shard} at epoch ${standing} is not as sealed`), 'log fence written without the bus secret', { shard });
+      }
+      if (sealed !== undefined && (sealed.epoch > epoch || (sealed.epoch === epoch && sealedHolder !== this.process))) {
+        if (tampered) await raise(sealed.epoch, sealedHolder, seal, seal);
+        return sealed.epoch;
+      }
+      found = seal; // replaced only if still exactly this one
+    }
+    throw new Error(`shard ${shard}: the log fence keeps changing under us`);
+  }
+
+  /** A fence seal's body if it verifies and names this shard. */
+  private openFence(shard: number, seal: string): Bodies['fence'] | undefined {
     try {
       const env = this.codec.open(EnvelopeCodec.fromJson(seal));
-      if (env.t === 'fence' && env.body.shard === shard) sealed = env.body;
-      else reason = 'malformed';
-    } catch (err) {
-      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
+      return env.t === 'fence' && env.body.shard === shard ? env.body : undefined;
+    } catch {
+      return undefined;
     }
-    const sealedHolder = sealed === undefined ? '' : `${sealed.nodeId}/${sealed.nodeEpoch}`;
-    if (sealed !== undefined && (String(sealed.epoch) !== standing || sealedHolder !== holder)) reason = 'malformed';
-    if (reason !== undefined) {
-      this.stats.rejected[reason]++;
-      this.warn(new Error(`${reason}: fence of shard ${shard} at epoch ${standing}`), 'log fence not as sealed; replaced', { shard });
-    }
-    if (sealed !== undefined && (sealed.epoch > epoch || (sealed.epoch === epoch && sealedHolder !== this.process))) {
-      if (reason !== undefined) await raise(sealed.epoch, sealedHolder, seal, seal);
-      return sealed.epoch;
-    }
-    return (await raise(epoch, this.process, mine, seal))[0] === 1 || this.raiseFence(shard, epoch);
+  }
+
+  /**
+   * The shard's ledgers are rebuilt: serve it, and re-seal our fence `settled`, so that the next owner
+   * knows the log is whole and need not wait for every member's reports.
+   */
+  private settled(shard: number, o: Owned): void {
+    o.state = 'ready';
+    const { nodeId, nodeEpoch } = this.identity!;
+    const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
+    (this.redis as unknown as ScriptCommands)
+      .frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
+      .then((reply) => {
+        if (reply[0] === 1) o.seal = seal;
+      })
+      .catch((err: unknown) => this.warn(err, 'sealing the log fence settled failed'));
   }
 
   /**
@@ -1046,9 +1095,10 @@ export class RedisBus implements Bus {
    * or another's) gets a higher epoch, so nobody renews one the fence refuses for good.
    */
   private standDown(shard: number, standing: number, o: Owned): void {
+    if (this.owned.get(shard) !== o) return;
     this.maxEpoch = Math.max(this.maxEpoch, standing);
-    this.relinquish.add(shard);
-    if (this.owned.get(shard) === o) this.owned.delete(shard);
+    this.relinquish.set(shard, o.epoch);
+    this.owned.delete(shard);
     this.warn(new Error(`shard ${shard}: the log is fenced under owner epoch ${standing}`), 'stopped serving a shard whose log a later owner fenced');
   }
 
@@ -1058,10 +1108,11 @@ export class RedisBus implements Bus {
    * may write again.
    */
   private async fenceStands(shard: number, o: Owned): Promise<boolean> {
+    const epoch = o.epoch;
     if (this.owned.get(shard) !== o) return false;
-    const raised = await this.raiseFence(shard, o.epoch);
-    if (raised === true) return this.owned.get(shard) === o;
-    this.standDown(shard, raised, o);
+    const raised = await this.raiseFence(shard, o, false);
+    if (typeof raised !== 'number') return this.owned.get(shard) === o;
+    if (o.epoch === epoch) this.standDown(shard, raised, o);
     return false;
   }
 
@@ -1334,7 +1385,7 @@ export class RedisBus implements Bus {
 interface ScriptCommands {
   frlRound(...args: string[]): Promise<unknown>;
   frlSnapshot(...args: string[]): Promise<string | null>;
-  frlFence(...args: string[]): Promise<[number, string?, string?, string?]>;
+  frlFence(...args: string[]): Promise<[1, string, StreamEntries] | [0, string, string, string]>;
   frlAppendGrants(...args: string[]): Promise<string | null>;
 }
 

@@ -40,12 +40,13 @@ else
   redis.call('HSET', KEYS[5], id, ARGV[9] or '')
 end
 
--- An epoch far ahead of Redis time was written in, never claimed (claims seed epochs from it and
--- add one a change): read as none, so it cannot stop epochs growing (`RedisBus` ignores it too).
+-- An epoch far ahead of both Redis time and the highest epoch the caller has seen was written in,
+-- never claimed (claims seed epochs from those and add one a change): read as none, so it cannot stop
+-- epochs growing (`RedisBus` ignores it too).
 local function parse(v)
   if not v then return '', 0, 0 end
   local owner, epoch, exp = string.match(v, '^([^|]*)|(%d+)|(%d+)$')
-  if not owner or tonumber(epoch) > now + 1e9 then return '', 0, 0 end
+  if not owner or tonumber(epoch) > math.max(now, seen) + 1e9 then return '', 0, 0 end
   return owner, tonumber(epoch), tonumber(exp)
 end
 
