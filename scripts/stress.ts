@@ -40,10 +40,13 @@ function suiteRun(): Promise<{ ok: boolean; ms: number }> {
 
 const hogs = startBurners(burners, 6 * 3_600_000);
 const stop = (): void => hogs.forEach((h) => h.kill('SIGKILL'));
-process.on('SIGINT', () => {
-  stop();
-  process.exit(130);
-});
+// Stopped early, it stops its busy loops too (they would run on for hours).
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+  process.on(signal, () => {
+    stop();
+    process.exit(code);
+  });
+}
 const results: Array<{ ok: boolean; ms: number }> = [];
 try {
   for (let i = 0; i < runs; i++) results.push(await suiteRun());

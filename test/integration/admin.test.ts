@@ -197,8 +197,9 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     let h = {} as Health;
     await until(async () => {
       h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as Health;
-      return h.nodes[0]?.status?.policyVersion === 1 && h.nodes[0].status.leases.ledgers > 0;
-    }, 'the node to report its status', 5000);
+      // (Its status is published every second: one may come before the credit it issued.)
+      return h.nodes[0]?.status?.policyVersion === 1 && h.nodes[0].status.leases.ledgers > 0 && h.leases.committed > 0;
+    }, 'the node to report its status and the credit it issued', 5000);
     expect(h.ok, JSON.stringify(h)).to.equal(true);
     expect(h.enforcing).to.equal(true);
     expect(h.degradedNodes).to.deep.equal([]);

@@ -173,16 +173,16 @@ describe('Fast path over its direct channel (real redis-server)', function () {
       if (ctx.redis.external) this.skip(); // changes the server's settings
       const [a, b] = transport === 'direct' ? await connected('oom') : await pair(false);
       const keyId = keysOwnedBy(a, 'b', `oom-${transport}`)();
-      const applied = a.node.stats.grantsApplied;
       // XADD is refused under maxmemory; PUBLISH is not, so only the log-first rule keeps the grant back.
       await ctx.raw.config('SET', 'maxmemory', '1');
       try {
         const r = await a.node.acquire(keyId, limits(100));
-        await new Promise((res) => setTimeout(res, 100));
         expect(r.admitted).to.equal(false);
-        expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId), 'issued by the owner').to.be.above(0);
-        expect(a.node.stats.grantsApplied, 'grants the node applied').to.equal(applied);
-        expect(b.bus.stats.grantsWithheld).to.be.above(0);
+        // (On a starved machine the ask may take a while to reach b.)
+        await until(() => b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId) > 0, 'the owner to issue', 3000);
+        await until(() => b.bus.stats.grantsWithheld > 0, 'the grant to be withheld', 3000);
+        await new Promise((res) => setTimeout(res, 100));
+        expect(a.node.buckets.peek(keyId)?.buckets[0]?.issued ?? 0, 'credit the node applied').to.equal(0);
       } finally {
         await ctx.raw.config('SET', 'maxmemory', '0');
       }
