@@ -880,9 +880,8 @@ export class RedisBus implements Bus {
    * issue that credit again. A grant whose credit beyond the float's was on record already (an ask
    * the owner's float covered) goes first and is logged after. A grant the log could not take is
    * withheld (the ledger counts it issued, which costs accuracy, never safety), and after a write that
-   * came back in time the owner knows its grants are on record. Messages to one node leave in the
-   * order they were made.
-   * This node's own grants are applied at once: its reports carry them to a later owner.
+   * was taken the owner knows its grants are on record. Messages to one node leave in the order they
+   * were made, this node's own included.
    */
   private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
     const byNode = new Map<string, OwnerMessage[]>();
@@ -980,7 +979,7 @@ export class RedisBus implements Bus {
 
   /**
    * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them; a float is usable once its
-   * write came back in time. Floats are only logged, never sent: they are this owner's own credit.
+   * write was taken. Floats are only logged, never sent: they are this owner's own credit.
    */
   private refillFloats(): void {
     const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
