@@ -81,6 +81,12 @@ interface Owned {
   seal?: string;
   /** After a blind takeover: each member's first check-in since, in this process's time. */
   checkedIn?: Map<string, number>;
+  /**
+   * After a blind takeover, once every member has checked in enough: the report stream's last entry
+   * then ('' while asking). Ready once the read loop has read past it, so every member's resync batch
+   * (published before its check-in, on the same connection) is folded.
+   */
+  readTo?: string;
 }
 
 interface Member extends Presence {
@@ -551,7 +557,7 @@ export class RedisBus implements Bus {
     this.replyGot = got;
     for (const [s, o] of this.owned) {
       if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o)) this.settled(s, o);
+      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o)) this.readPast(s, o);
     }
     this.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
@@ -744,6 +750,8 @@ export class RedisBus implements Bus {
         if (env !== undefined) entries.push(...logEntries(env));
       }
       this.owner!.replay(entries);
+      const lastReport = reports[reports.length - 1]?.[0];
+      if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;
       let cursor = '0-0';
       do {
         const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.key(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
@@ -1072,6 +1080,26 @@ export class RedisBus implements Bus {
   }
 
   /**
+   * A blind owner whose members have all checked in since: ready once its read loop has folded the
+   * report stream up to the entry that was last at that moment (asked once, then checked each round).
+   */
+  private readPast(shard: number, o: Owned): void {
+    if (o.readTo === undefined) {
+      o.readTo = '';
+      (this.redis.call('XREVRANGE', this.key(shard, 'reports'), '+', '-', 'COUNT', '1') as Promise<StreamEntries>)
+        .then((last) => {
+          o.readTo = last[0]?.[0] ?? '0-0';
+        })
+        .catch((err: unknown) => {
+          o.readTo = undefined;
+          this.warn(err, 'reading the report stream failed');
+        });
+      return;
+    }
+    if (o.readTo !== '' && !streamIdBelow(o.lastRead, o.readTo)) this.settled(shard, o);
+  }
+
+  /**
    * The shard's ledgers are rebuilt: serve it, and re-seal our fence `settled`, so that the next owner
    * knows the log is whole and need not wait for every member's reports.
    */
@@ -1397,6 +1425,13 @@ function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbea
 
 /** What `lua/round.lua` returns. */
 type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[], held: string[]];
+
+/** Whether stream entry id `a` (`ms-seq`) comes before `b`. */
+function streamIdBelow(a: string, b: string): boolean {
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am < bm || (am === bm && as < bs);
+}
 
 function flatFields(f: EnvelopeFields): string[] {
   return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];
