@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { EnvelopeCodec, type BeatStatement } from '../../bus/codec.js';
 import { rendezvousOwner } from '../../bus/rendezvous.js';
-import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, windowLeftMs, type Member } from '../support/redis-members.js';
 
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
 /** Someone who can write to Redis but does not hold the bus secret. */
@@ -13,11 +13,14 @@ const APPEND = readFileSync(new URL('../../bus/lua/append-grants.lua', import.me
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const WINDOW_MS = 60_000;
 
-/** A key id whose current window lands on a shard `owner` owns, as `m` sees the table. */
+/**
+ * A key id whose current window lands on a shard `owner` owns, as `m` sees the table, with at least
+ * 40 s of that window left (so the key stays on that shard, and in that window, for the test).
+ */
 function keyOwnedBy(m: Member, owner: string, salt: string): string {
   for (let i = 0; i < 100_000; i++) {
     const keyId = `v1:${`${salt}${i}`.padStart(22, 's')}`;
-    if (m.bus.owners()[placeOf(keyId).shard]?.owner === owner) return keyId;
+    if (m.bus.owners()[placeOf(keyId).shard]?.owner === owner && windowLeftMs(keyId) >= 40_000) return keyId;
   }
   throw new Error(`no key lands on a shard of ${owner}`);
 }
@@ -234,7 +237,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const LIMIT = 1000;
     const plan = limits(LIMIT);
     const key = keyOwnedBy(a, 'a', 'blind');
-    const { shard } = placeOf(key);
+    const { shard, windowId } = placeOf(key);
     // a's rounds stop (its process stalled): another member takes the shard over once a's lease lapsed,
     // and b's node spends what that owner can issue while a's share is held back (3/4 of the window).
     a.rounds(false);
@@ -263,6 +266,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
       if ((await a.node.acquire(key, plan)).admitted) admitted++;
       await sleep(1);
     }
+    expect(placeOf(key).windowId, 'every admission in the one window').to.equal(windowId);
     expect(admitted).to.be.at.most(LIMIT);
   });
 
@@ -280,8 +284,9 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     for (let i = 0; i < 100_000 && key === ''; i++) {
       const k = `v1:${`handed${i}`.padStart(22, 's')}`;
       const { shard } = placeOf(k);
-      if (a.bus.owners()[shard]?.owner === 'c' && rendezvousOwner(shard, new Set(['a', 'b'])) === 'b') key = k;
+      if (a.bus.owners()[shard]?.owner === 'c' && rendezvousOwner(shard, new Set(['a', 'b'])) === 'b' && windowLeftMs(k) >= 45_000) key = k;
     }
+    const { shard, windowId } = placeOf(key);
     // c's node spends most of the window; only its reports will say so once Redis lost the log.
     let admitted = 0;
     const spend = Date.now() + 3000;
@@ -301,7 +306,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     b.rounds(true);
     // (Once a's and b's grace for members heard before the outage, c among them, has run out: on a
     // starved machine, whose rounds run late, that can take a while.)
-    await until(() => a.bus.owners()[placeOf(key).shard]?.owner === 'b', 'b to take its shard back', 20_000);
+    await until(() => a.bus.owners()[shard]?.owner === 'b', 'b to take its shard back', 20_000);
     const quiet = Date.now() + 60 * ROUND_MS;
     while (Date.now() < quiet) {
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
@@ -313,6 +318,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
       await sleep(1);
     }
+    expect(placeOf(key).windowId, 'every admission in the one window').to.equal(windowId);
     expect(admitted).to.be.at.most(LIMIT);
   });
 

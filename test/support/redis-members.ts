@@ -9,7 +9,7 @@ import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
 import { shardOf } from '../../lib/protocol/messages.js';
-import { phaseOffset, windowIdAt } from '../../lib/window.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import type { RateLimiterOptions } from '../../middleware/options.js';
@@ -164,4 +164,14 @@ export function fleetSuite(tag: string): FleetSuite {
 export function placeOf(keyId: string, windowMs = 60_000): { windowId: number; shard: number } {
   const windowId = windowIdAt(Date.now(), windowMs, phaseOffset(keyId, windowMs));
   return { windowId, shard: shardOf(keyId, windowId, SHARDS) };
+}
+
+/**
+ * Milliseconds left in `keyId`'s current window of `windowMs`. A test that counts admissions against
+ * one window's allowance picks a key with time to spare: past the window's end the key moves to
+ * another shard with a fresh allowance, and the count would mix two windows.
+ */
+export function windowLeftMs(keyId: string, windowMs = 60_000): number {
+  const offset = phaseOffset(keyId, windowMs);
+  return windowEndMs(windowIdAt(Date.now(), windowMs, offset), windowMs, offset) - Date.now();
 }
