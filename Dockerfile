@@ -5,16 +5,20 @@
 FROM node:20.19-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
-COPY tsconfig.json index.ts ./
+# No scripts yet: `prepare` builds, and the sources come next.
+RUN npm ci --no-audit --no-fund --ignore-scripts
+COPY tsconfig.base.json tsconfig.build.json index.ts ./
 COPY lib lib
 COPY bus bus
 COPY middleware middleware
 COPY admin admin
 COPY demo demo
 COPY scripts scripts
-COPY test test
-RUN npm run build && npm prune --omit=dev
+# express, helmet and bullmq are the package's peers (devDependencies here); this image runs the
+# demo gateway, the admin API and the worker, so it installs them at the versions tested.
+RUN npm run build:runtime && npm prune --omit=dev \
+ && npm install --no-save --omit=dev --ignore-scripts --no-audit --no-fund \
+      $(node -p "['express', 'helmet', 'bullmq'].map((n) => n + '@' + require('./package.json').devDependencies[n]).join(' ')")
 
 FROM node:20.19-bookworm-slim
 ENV NODE_ENV=production

@@ -3,13 +3,37 @@ export { rateLimiter, type RateLimiterMiddleware, type LimiterStats } from './mi
 export { backstop, type BackstopOptions } from './middleware/backstop.js';
 export { metricsHandler } from './middleware/metrics.js';
 export type { RateLimiterOptions, Identity } from './middleware/options.js';
-export { compilePolicy, CompiledPolicy, type PolicyDoc, type PlanDef, type WindowDef } from './lib/policy.js';
+export {
+  compilePolicy,
+  CompiledPolicy,
+  type PolicyDoc,
+  type PlanDef,
+  type WindowDef,
+  type WindowSpec,
+  type TenantDef,
+  type KeyOverrideDef,
+  type RouteClassDef,
+  type CapacityDef,
+  type ResolvedLimits,
+} from './lib/policy.js';
+export { definePolicy, type PolicyInput, type RouteClassInput } from './lib/define-policy.js';
 export { KeyHasher, type HashKeyVersion } from './lib/key-id.js';
-export { Catalog } from './lib/catalog.js';
-export { ConfigError, PolicyError, RateLimiterError, ErrorCode } from './lib/errors.js';
+export { Catalog, PROBLEM_QUOTA_EXCEEDED, PROBLEM_REDUCED_CAPACITY, type CatalogEntry, type ProblemBody } from './lib/catalog.js';
+export type { SubSecondMode, RetryHeaders } from './lib/retry-after.js';
+export {
+  ConfigError,
+  PolicyError,
+  RateLimiterError,
+  ValidationError,
+  ErrorCode,
+  type ErrorCodeValue,
+  type Problem,
+} from './lib/errors.js';
 export { systemClock, FakeClock, type Clock } from './lib/clock.js';
+export type { LeaseNode } from './lib/lease-node.js';
 export { MemoryBus } from './bus/memory.js';
-export { RedisBus, type RedisBusStats } from './bus/redis.js';
+export { RedisBus, type RedisBusOptions, type RedisBusStats } from './bus/redis.js';
 export type { RedisConnectionOptions } from './bus/redis-connection.js';
 export type { BusSecretVersion } from './bus/codec.js';
-export type { Bus, CreditOwner } from './bus/types.js';
+export type { Bus, CreditOwner, NodeIdentity } from './bus/types.js';
+export type { EventLog, LimitEvent } from './bus/events.js';

@@ -1,15 +1,17 @@
+#!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { PolicyError } from '../lib/errors.js';
 import { compilePolicy } from '../lib/policy.js';
 
 /**
- * `npm run policy:check -- FILE…`: validates policy documents before they are rolled out, printing
- * every problem with its field path. Exit code 0 when all are valid, 1 otherwise, 2 on bad usage.
+ * `npm run policy:check -- FILE…` (installed: `fleet-ratelimit-policy-check FILE…`): validates policy
+ * documents before they are rolled out, printing every problem with its field path. Exit code 0 when
+ * all are valid, 1 otherwise, 2 on bad usage.
  * A file with a top-level `policy` member (the demo configuration) is checked on that member.
  */
 function main(files: string[]): number {
   if (files.length === 0) {
-    process.stderr.write('usage: npm run policy:check -- FILE [FILE…]\n');
+    process.stderr.write('usage: fleet-ratelimit-policy-check FILE [FILE…]\n');
     return 2;
   }
   let failed = 0;

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
 import { StoreSigner } from '../bus/store-signature.js';

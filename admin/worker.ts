@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { pino } from 'pino';
 import { appendAudit } from '../bus/policy-store.js';
 import { connect } from '../bus/redis-connection.js';

@@ -14,6 +14,21 @@ export interface CatalogEntry {
   readonly title: string;
 }
 
+/**
+ * The JSON body of a denial (`Content-Type: application/problem+json`, RFC 9457): the catalog entry's
+ * `type`, `title`, `status` and code (`error`), the denying window on a 429, and the correlation id.
+ */
+export interface ProblemBody {
+  readonly type: string;
+  readonly title: string;
+  readonly status: 429 | 503;
+  /** The catalog code, e.g. `RL_QUOTA_EXCEEDED`. */
+  readonly error: string;
+  /** Name of the window that denied (429 from the limiter only). */
+  readonly window?: string;
+  readonly correlation_id: string;
+}
+
 const entry = (code: string, status: 429 | 503, type: string, title: string): CatalogEntry =>
   Object.freeze({ code, status, type, title });
 

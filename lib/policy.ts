@@ -83,7 +83,7 @@ const windowsSchema = Joi.array().items(windowSchema).min(1).max(8).unique('name
 const nameKeys = Joi.string().pattern(NAME);
 
 /** joi schema of a policy document (cross-references are checked after it). */
-export const policySchema = Joi.object({
+const policySchema = Joi.object({
   version: Joi.number().integer().min(1).required(),
   plans: Joi.object().pattern(nameKeys, Joi.object({ windows: windowsSchema.required() })).min(1).required(),
   defaultPlan: Joi.string().pattern(NAME).required(),

@@ -90,6 +90,9 @@ describe('docker-compose.yml and the image (K2)', () => {
     expect(dockerfile.match(/^FROM /gm)).to.have.length(2);
     expect(dockerfile).to.match(/RUN npm ci/);
     expect(dockerfile).to.match(/npm prune --omit=dev/);
+    // The gateway, admin API and worker need the package's peers, which are devDependencies here.
+    const peers = Object.keys((JSON.parse(read('package.json')) as { peerDependencies: Record<string, string> }).peerDependencies).filter((n) => !n.startsWith('@types/'));
+    for (const peer of peers) expect(dockerfile.slice(dockerfile.indexOf('npm prune --omit=dev'))).to.include(`'${peer}'`);
     expect(dockerfile).to.match(/^USER node$/m);
     expect(dockerfile).to.match(/^HEALTHCHECK /m);
     expect(dockerfile).to.match(/\/healthz/);
