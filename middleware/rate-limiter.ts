@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { NextFunction, Request, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
-import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
-import { StoreSigner } from '../bus/store-signature.js';
+import type { PolicyFeed } from '../bus/policy-feed.js';
 import { EventLog } from '../bus/events.js';
 import { LoopStalls } from '../bus/loop-stall.js';
 import { connect } from '../bus/redis-connection.js';
@@ -13,61 +12,21 @@ import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
-import type { Acquired, LeaseNode } from '../lib/lease-node.js';
+import type { Acquired } from '../lib/lease-node.js';
 import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
 import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
-import type { Registry } from 'prom-client';
 import { LimiterMetrics } from './metrics.js';
+import { followStore } from './live-policy.js';
 import { correlationIdOf, sendProblem } from './responses.js';
+import type { LimiterStats, RateLimiterMiddleware } from './types.js';
+
+export type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 /** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
 const ANONYMOUS = '\u0000anonymous';
-
-/** Counters of one limiter instance. */
-export interface LimiterStats {
-  admitted: number;
-  quotaDenied: number;
-  capacityDenied: number;
-  failOpen: number;
-  failClosed: number;
-  /** Admitted unchecked while the kill switch has enforcement off. */
-  bypassed: number;
-}
-
-/** The Express middleware returned by `rateLimiter()`, with its handles. */
-export interface RateLimiterMiddleware extends RequestHandler {
-  /** The node side of the protocol (buckets, fast path, rounds). */
-  readonly node: LeaseNode;
-  /** Key hashing; use it to find a key's id (the raw key is never kept). */
-  readonly hasher: KeyHasher;
-  /** Decision counters. */
-  readonly stats: Readonly<LimiterStats>;
-  /** Prometheus metrics of this limiter (O1); serve them with `metricsHandler(limiter.metrics)`. */
-  readonly metrics: Registry;
-  /** The policy in force. */
-  policy(): CompiledPolicy;
-  /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
-  readonly enforcing: boolean;
-  /** Limit events (with `redis`): every 429 and 503, batched to Redis off the request path. */
-  readonly events: EventLog | undefined;
-  /**
-   * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
-   * `RangeError` for a version not above the current one; either way nothing changes.
-   */
-  updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
-  /** The bus between this node and the shard owners. */
-  readonly bus: Bus;
-  /**
-   * Settles once every shard has a reachable owner (at once in memory; with `redis`, after the first
-   * control rounds). Start accepting traffic after it: until then first sights of keys are denied.
-   */
-  ready(): Promise<void>;
-  /** Stops the round timer and the bus it created (leaving the fleet cleanly); idempotent. */
-  close(): Promise<void>;
-}
 
 /**
  * Per-API-key rate limiting for Express, mounted after authentication:
@@ -114,8 +73,11 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
   const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
   flushTimer?.unref();
-  // With Redis, the live policy's feed (set up at the end).
-  let feed: PolicyFeed | undefined;
+  // With Redis, the live policy and the kill switch come from the store (P4).
+  const feed: PolicyFeed | undefined =
+    cfg.redis === undefined
+      ? undefined
+      : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
   const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
@@ -324,31 +286,6 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     },
   });
   Object.defineProperty(middleware, 'enforcing', { get: () => enforcing, enumerable: true });
-  // With Redis, the live policy and the kill switch come from the store (P4).
-  if (cfg.redis !== undefined) {
-    // The stored policy wins over the one this node started with (that is only the bootstrap), then
-    // only a newer stored version replaces it.
-    let stored: StoredVersion | undefined;
-    const secret = cfg.redis.policySecret ?? cfg.redis.busSecret;
-    feed = new PolicyFeed(
-      cfg.redis,
-      new StoreSigner(secret.versions, secret.current),
-      {
-        inForce: () => stored,
-        apply: (p, version) => {
-          policy = p;
-          stored = version;
-          logger.info({ version: p.version }, 'live policy applied');
-        },
-        enforce: (on) => {
-          if (on === enforcing) return;
-          enforcing = on;
-          logger.warn({ enforcing: on }, on ? 'kill switch: enforcement back on' : 'kill switch: enforcement OFF fleet-wide');
-        },
-      },
-      logger,
-    );
-  }
   return middleware;
 }
 
