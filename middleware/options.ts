@@ -64,8 +64,16 @@ export interface RateLimiterOptions {
   subSecondRetryAfter?: SubSecondMode;
   /** Send draft-10 `RateLimit` / `RateLimit-Policy` headers about the caller's own quota. @default false */
   rateLimitHeaders?: boolean;
-  /** Proxies in front of this app whose X-Forwarded-For entries are trusted. @default 0 */
+  /**
+   * Proxies in front of this app whose X-Forwarded-For entries are trusted for the anonymous class;
+   * overrides Express's `trust proxy`. @default unset: the anonymous class is keyed by `req.ip`, so
+   * Express's `trust proxy` setting decides
+   */
   trustedProxyHops?: number;
+  /** Prefix length an anonymous IPv4 caller is keyed by (8–32). @default 32 (one address) */
+  ipv4Prefix?: number;
+  /** Prefix length an anonymous IPv6 caller is keyed by (32–128). @default 56 (a typical customer site) */
+  ipv6Prefix?: number;
   /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
   logger?: Logger;
   /** Time source. @default the system clock */
@@ -90,7 +98,9 @@ export interface Config {
   readonly degradedAfterMs: number;
   readonly subSecondRetryAfter: SubSecondMode;
   readonly rateLimitHeaders: boolean;
-  readonly trustedProxyHops: number;
+  readonly trustedProxyHops: number | undefined;
+  readonly ipv4Prefix: number;
+  readonly ipv6Prefix: number;
   readonly logger: Logger | undefined;
   readonly clock: Clock;
 }
@@ -137,7 +147,9 @@ const schema = Joi.object({
   degradedAfterMs: Joi.number().integer().min(100).default(30_000),
   subSecondRetryAfter: Joi.string().valid('zero', 'round-up').default('zero'),
   rateLimitHeaders: Joi.boolean().default(false),
-  trustedProxyHops: Joi.number().integer().min(0).max(16).default(0),
+  trustedProxyHops: Joi.number().integer().min(0).max(16),
+  ipv4Prefix: Joi.number().integer().min(8).max(32).default(32),
+  ipv6Prefix: Joi.number().integer().min(32).max(128).default(56),
   logger: Joi.object(),
   clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
 }).oxor('bus', 'redis');

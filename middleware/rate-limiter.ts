@@ -15,18 +15,15 @@ import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired } from '../lib/lease-node.js';
 import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
-import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
-import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
+import { CallerResolver } from './identify.js';
+import { parseOptions, type RateLimiterOptions } from './options.js';
 import { LimiterMetrics } from './metrics.js';
 import { followStore } from './live-policy.js';
 import { correlationIdOf, sendProblem } from './responses.js';
 import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 export type { LimiterStats, RateLimiterMiddleware } from './types.js';
-
-/** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
-const ANONYMOUS = '\u0000anonymous';
 
 /**
  * Per-API-key rate limiting for Express, mounted after authentication:
@@ -64,6 +61,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     clock,
   );
   const capacity = new AdmissionCapacity(clock);
+  const callers = new CallerResolver(cfg, hasher, logger);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
   let policy = cfg.policy;
   let enforcing = true;
@@ -116,23 +114,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     let routeClass = 'default';
     try {
       routeClass = routeClassOf(req);
-      const who = cfg.identify(req);
-      let tenant: string;
-      let limits: ResolvedLimits;
-      if (!who) {
-        // An unparseable forwarded address falls back to the socket peer, never to one shared bucket.
-        const range =
-          networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops)) ??
-          networkRange(req.socket?.remoteAddress);
-        keyId = hasher.hash(`anonymous\u0000${range ?? 'unknown'}\u0000${routeClass}`);
-        tenant = ANONYMOUS;
-        limits = policy.anonymousLimitsFor(routeClass);
-      } else {
-        const principal = identityField(who, 'principal');
-        tenant = identityField(who, 'tenant');
-        keyId = hasher.hash(principal);
-        limits = policy.limitsFor(keyId, tenant);
-      }
+      const caller = callers.resolve(req, routeClass, policy);
+      keyId = caller.keyId;
+      const { tenant, limits } = caller;
       const cap = policy.doc.capacity;
       if (cap !== undefined) {
         const verdict = capacity.check(tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(tenant) as number);
@@ -287,17 +271,4 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   });
   Object.defineProperty(middleware, 'enforcing', { get: () => enforcing, enumerable: true });
   return middleware;
-}
-
-/**
- * A field of what identify() returned: a non-empty string (a finite number is taken as its decimal
- * form, since account ids often are numbers). Anything else is a limiter fault (RL_IDENTITY).
- */
-function identityField(who: Identity, field: 'principal' | 'tenant'): string {
-  const v: unknown = who[field];
-  if (typeof v === 'number' && Number.isFinite(v)) return String(v);
-  if (typeof v !== 'string' || v.length === 0 || v.includes('\u0000')) {
-    throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity whose ${field} is not a non-empty string`);
-  }
-  return v;
 }
