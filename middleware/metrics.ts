@@ -8,7 +8,7 @@ import type { LeaseNode } from '../lib/lease-node.js';
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
-  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number };
+  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number };
   readonly node: LeaseNode;
   readonly owner: FoldOwner;
   readonly bus: Bus;
@@ -62,6 +62,7 @@ export class LimiterMetrics {
     });
     const fromNode = (name: string, help: string, read: () => number): Counter<string> =>
       new Counter({ name, help, registers: [r], collect() { mirror(this, read()); } });
+    fromNode('fleet_ratelimit_skipped_total', 'Requests the skip option let through unlimited (not decisions: neither counted nor refused).', () => src.stats.skipped);
     fromNode('fleet_ratelimit_fast_path_total', 'Asks to a shard owner on the request path (first sight, or credit short).', () => src.node.stats.fastPath);
     fromNode('fleet_ratelimit_fast_path_timeouts_total', 'Asks that missed the fast-path deadline (their requests were denied).', () => src.node.stats.fastPathTimeouts);
     fromNode('fleet_ratelimit_rounds_total', 'Reconciliation rounds this node ended.', () => src.node.round);

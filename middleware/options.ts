@@ -12,6 +12,7 @@ import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import { CompiledPolicy, compilePolicy, type PolicyDoc } from '../lib/policy.js';
 import type { SubSecondMode } from '../lib/retry-after.js';
 import { joiProblems } from '../lib/validate.js';
+import type { OnLimited, SkipFn } from './hooks.js';
 
 /** The authenticated caller as the application's auth layer established it. */
 export interface Identity {
@@ -74,6 +75,22 @@ export interface RateLimiterOptions {
   ipv4Prefix?: number;
   /** Prefix length an anonymous IPv6 caller is keyed by (32–128). @default 56 (a typical customer site) */
   ipv6Prefix?: number;
+  /**
+   * Requests it answers truthy are let through unlimited: neither counted nor refused (`stats.skipped`).
+   * Synchronous, or a Promise (awaited only when one is returned). If it throws, a limiter fault.
+   * @default none
+   */
+  skip?: SkipFn;
+  /**
+   * Writes the 429 for a request refused for its own quota, in place of the problem+json body; told
+   * only the caller's own quota (`LimitedInfo`). @default the RFC 9457 problem response
+   */
+  onLimited?: OnLimited;
+  /**
+   * Property of `req` that receives the caller's own quota (`RateLimitInfo`) for the route handler;
+   * `false` sets none. @default 'rateLimit'
+   */
+  requestPropertyName?: string | false;
   /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
   logger?: Logger;
   /** Time source. @default the system clock */
@@ -101,6 +118,9 @@ export interface Config {
   readonly trustedProxyHops: number | undefined;
   readonly ipv4Prefix: number;
   readonly ipv6Prefix: number;
+  readonly skip: SkipFn | undefined;
+  readonly onLimited: OnLimited | undefined;
+  readonly requestPropertyName: string | false;
   readonly logger: Logger | undefined;
   readonly clock: Clock;
 }
@@ -150,6 +170,9 @@ const schema = Joi.object({
   trustedProxyHops: Joi.number().integer().min(0).max(16),
   ipv4Prefix: Joi.number().integer().min(8).max(32).default(32),
   ipv6Prefix: Joi.number().integer().min(32).max(128).default(56),
+  skip: Joi.func(),
+  onLimited: Joi.func().maxArity(4),
+  requestPropertyName: Joi.alternatives(Joi.string().pattern(/^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/), Joi.valid(false)).default('rateLimit'),
   logger: Joi.object(),
   clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
 }).oxor('bus', 'redis');
@@ -206,6 +229,8 @@ export function parseOptions(options: unknown): Config {
     bus: o.bus,
     redis: o.redis,
     logger: o.logger,
+    skip: o.skip,
+    onLimited: o.onLimited,
     clock: o.clock ?? systemClock,
     keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },
   }) as Config;

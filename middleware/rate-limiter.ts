@@ -10,17 +10,19 @@ import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
-import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
+import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
-import type { Acquired } from '../lib/lease-node.js';
+import type { Acquired, Denied } from '../lib/lease-node.js';
 import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
 import { retryHeaders } from '../lib/retry-after.js';
-import { CallerResolver } from './identify.js';
+import { callOnLimited, withSkip } from './hooks.js';
+import { CallerResolver, type Caller } from './identify.js';
+import { followStore } from './live-policy.js';
 import { parseOptions, type RateLimiterOptions } from './options.js';
 import { LimiterMetrics } from './metrics.js';
-import { followStore } from './live-policy.js';
-import { correlationIdOf, sendProblem } from './responses.js';
+import { QuotaReader } from './quota.js';
+import { correlationIdOf, denialHeaders, sendProblem } from './responses.js';
 import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 export type { LimiterStats, RateLimiterMiddleware } from './types.js';
@@ -36,7 +38,6 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const clock = cfg.clock;
   const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
-  const nodeEpoch = randomUUID();
   const ownBus = cfg.bus === undefined;
   // This process's own stalls: exported, and not taken for owner silence.
   const loop = LoopStalls.started(clock);
@@ -45,24 +46,13 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     (cfg.redis !== undefined
       ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop })
       : new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock }));
-  const { node, owner } = joinFleet(
-    bus,
-    {
-      nodeId: cfg.nodeId,
-      nodeEpoch,
-      shards: cfg.shards,
-      maxBuckets: cfg.maxBuckets,
-      roundMs: cfg.roundMs,
-      fastPathDeadlineMs: cfg.fastPathDeadlineMs,
-      headroom: cfg.headroom,
-      reserveRatio: cfg.reserveRatio,
-      degradedAfterMs: cfg.degradedAfterMs,
-    },
-    clock,
-  );
+  const { nodeId, shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs } = cfg;
+  const member = { nodeId, nodeEpoch: randomUUID(), shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs };
+  const { node, owner } = joinFleet(bus, member, clock);
   const capacity = new AdmissionCapacity(clock);
   const callers = new CallerResolver(cfg, hasher, logger);
-  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
+  const quota = new QuotaReader(node, owner, clock);
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
   let policy = cfg.policy;
   let enforcing = true;
   // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
@@ -76,7 +66,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     cfg.redis === undefined
       ? undefined
       : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
-  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
+  const metrics = new LimiterMetrics({ nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -101,8 +91,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   const fixedClass = cfg.routeClass;
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
+  const property = cfg.requestPropertyName;
 
-  function handler(req: Request, res: Response, next: NextFunction): void {
+  function limit(req: Request, res: Response, next: NextFunction): void {
     if (!enforcing) {
       // The break-glass kill switch: enforcement is off fleet-wide (the backstop still binds).
       stats.bypassed++;
@@ -116,35 +107,33 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       routeClass = routeClassOf(req);
       const caller = callers.resolve(req, routeClass, policy);
       keyId = caller.keyId;
-      const { tenant, limits } = caller;
       const cap = policy.doc.capacity;
       if (cap !== undefined) {
-        const verdict = capacity.check(tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(tenant) as number);
+        const verdict = capacity.check(caller.tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(caller.tenant) as number);
         if (verdict !== CapacityVerdict.Ok) {
           stats.capacityDenied++;
           metrics.observe(performance.now() - started, false);
           const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
           const correlationId = correlationIdOf(req);
           logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
-          events?.record({ at: clock.now(), keyId, class: 'capacity', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
+          events?.record({ at: clock.now(), keyId, class: 'capacity', status: 503, window: '', routeClass, correlationId, node: nodeId });
           commonHeaders(res);
           sendProblem(res, entry, correlationId);
           return;
         }
       }
-      const result = node.acquire(keyId, limits);
+      const result = node.acquire(keyId, caller.limits);
       if (result instanceof Promise) {
-        const k = keyId;
         result.then(
           (r) => {
             metrics.observe(performance.now() - started, true);
-            decide(req, res, next, r, k, tenant, limits, routeClass);
+            decide(req, res, next, r, caller, routeClass);
           },
-          (err: unknown) => fault(req, res, next, err, k, routeClass),
+          (err: unknown) => fault(req, res, next, err, caller.keyId, routeClass),
         );
       } else {
         metrics.observe(performance.now() - started, false);
-        decide(req, res, next, result, keyId, tenant, limits, routeClass);
+        decide(req, res, next, result, caller, routeClass);
       }
     } catch (err) {
       metrics.observe(performance.now() - started, false);
@@ -152,22 +141,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     }
   }
 
-  function decide(
-    req: Request,
-    res: Response,
-    next: NextFunction,
-    result: Acquired,
-    keyId: string,
-    tenant: string,
-    limits: ResolvedLimits,
-    routeClass: string,
-  ): void {
+  function decide(req: Request, res: Response, next: NextFunction, result: Acquired, caller: Caller, routeClass: string): void {
+    const { keyId, limits } = caller;
     try {
       commonHeaders(res);
-      if (cfg.rateLimitHeaders) quotaHeaders(res, keyId, limits);
+      if (cfg.rateLimitHeaders) quota.headers(res, keyId, limits);
       if (result.admitted) {
         stats.admitted++;
-        if (policy.doc.capacity !== undefined) capacity.record(tenant);
+        if (policy.doc.capacity !== undefined) capacity.record(caller.tenant);
+        if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.read(keyId, limits);
         next();
         return;
       }
@@ -177,14 +159,26 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass, () => node.charge(keyId, limits));
         return;
       }
-      stats.quotaDenied++;
-      const correlationId = correlationIdOf(req);
-      logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
-      events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: cfg.nodeId });
-      sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter));
+      limited(req, res, next, result, caller, routeClass);
     } catch (err) {
       fault(req, res, next, err, keyId, routeClass);
     }
+  }
+
+  /** A refusal for the caller's own quota: 429, written by `onLimited` when given. */
+  function limited(req: Request, res: Response, next: NextFunction, result: Denied, caller: Caller, routeClass: string): void {
+    const keyId = caller.keyId;
+    stats.quotaDenied++;
+    const correlationId = correlationIdOf(req);
+    logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
+    events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: nodeId });
+    const retry = retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter);
+    const send = (): void => sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retry);
+    const info = property !== false || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;
+    if (property !== false) (req as unknown as Record<string, unknown>)[property] = info;
+    if (cfg.onLimited === undefined) return send();
+    denialHeaders(res, Catalog.quotaExceeded, correlationId, retry);
+    callOnLimited(cfg.onLimited, req, res, next, { ...info!, retryAfterMs: result.retryAfterMs, correlationId }, send, logger);
   }
 
   /** A limiter fault: 503 on a fail-closed route, else admitted (`admitted` runs first, if given). */
@@ -200,7 +194,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (closed) {
       stats.failClosed++;
       logger.error({ err, keyId, correlationId, routeClass }, 'limiter fault on a fail-closed route: 503');
-      if (keyId !== undefined) events?.record({ at: clock.now(), keyId, class: 'fail_closed', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
+      if (keyId !== undefined) events?.record({ at: clock.now(), keyId, class: 'fail_closed', status: 503, window: '', routeClass, correlationId, node: nodeId });
       if (!res.headersSent) sendProblem(res, Catalog.limiterUnavailable, correlationId);
       return;
     }
@@ -218,25 +212,22 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (node.degraded) res.setHeader('X-RateLimit-Degraded', 'true');
   }
 
-  /**
-   * draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. Remaining is what this
-   * node holds plus what its owner side has not issued yet when it owns the window's shard (exact in
-   * a fleet of one; a lower bound in a fleet, where other nodes hold and spend credit too).
-   */
-  function quotaHeaders(res: Response, keyId: string, limits: ResolvedLimits): void {
-    const subject = node.buckets.peek(keyId);
-    if (subject === undefined) return;
-    const now = clock.now();
-    const items = limits.windows.map((w, i) => {
-      const b = subject.buckets[i]!;
-      const remaining = Math.max(0, b.credit) + owner.unissued(keyId, w.windowMs, b.windowId);
-      return `"${w.name}";r=${remaining};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
-    });
-    res.setHeader('RateLimit-Policy', limits.policyHeader);
-    res.setHeader('RateLimit', items.join(', '));
+  /** A `skip` that threw: a fault on the request's route class (the default one if that throws too). */
+  function skipFailed(req: Request, res: Response, next: NextFunction, err: unknown): void {
+    let routeClass = 'default';
+    try {
+      routeClass = routeClassOf(req);
+    } catch {
+      // fault() decides on the default class.
+    }
+    fault(req, res, next, err, undefined, routeClass);
   }
 
-  const middleware = handler as RateLimiterMiddleware;
+  const skipped = (_req: Request, _res: Response, next: NextFunction): void => {
+    stats.skipped++;
+    next();
+  };
+  const middleware = withSkip(cfg.skip, limit, skipped, skipFailed) as RateLimiterMiddleware;
   let closing: Promise<void> | undefined;
   Object.assign(middleware, {
     node,
@@ -255,7 +246,6 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       policy = next;
       logger.info({ version: next.version }, 'policy updated');
     },
-
     close(): Promise<void> {
       closing ??= (async () => {
         clearInterval(timer);

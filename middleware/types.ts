@@ -15,6 +15,8 @@ export interface LimiterStats {
   failClosed: number;
   /** Admitted unchecked while the kill switch has enforcement off. */
   bypassed: number;
+  /** Let through by the `skip` option: neither counted nor refused. */
+  skipped: number;
 }
 
 /** The Express middleware returned by `rateLimiter()`, with its handles. */
