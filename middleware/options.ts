@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
@@ -13,6 +12,7 @@ import { CompiledPolicy, compilePolicy, type PolicyDoc } from '../lib/policy.js'
 import type { SubSecondMode } from '../lib/retry-after.js';
 import { joiProblems } from '../lib/validate.js';
 import type { OnLimited, SkipFn } from './hooks.js';
+import { defaultNodeId } from './instances.js';
 
 /** The authenticated caller as the application's auth layer established it. */
 export interface Identity {
@@ -38,7 +38,11 @@ export interface RateLimiterOptions {
    * derive the same key id. @default a random secret for this process (standalone only)
    */
   keyHash?: { versions: HashKeyVersion[]; current?: string };
-  /** Name of this node in reports, logs and health. @default `${hostname}-${pid}` */
+  /**
+   * Name of this node in reports, logs, health and the `node` label of its metrics; unique among the
+   * open limiters of a process (a second limiter with a taken one is a ConfigError), and across a fleet.
+   * @default `${hostname}-${pid}`, then `${hostname}-${pid}-2`, `-3`… for further limiters in the process
+   */
   nodeId?: string;
   /** Bus between nodes and shard owners. @default an in-memory bus: a fleet of one */
   bus?: Bus;
@@ -139,7 +143,7 @@ const schema = Joi.object({
   identify: Joi.func().required(),
   routeClass: Joi.alternatives(Joi.string().pattern(/^[A-Za-z0-9_.-]{1,64}$/), Joi.func()).default('default'),
   keyHash: secretSchema,
-  nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/).default(() => `${hostname()}-${process.pid}`),
+  nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/),
   bus: Joi.object(),
   redis: Joi.object({
     url: Joi.string().uri({ scheme: ['redis', 'rediss'] }),
@@ -231,6 +235,7 @@ export function parseOptions(options: unknown): Config {
     logger: o.logger,
     skip: o.skip,
     onLimited: o.onLimited,
+    nodeId: value.nodeId ?? defaultNodeId(),
     clock: o.clock ?? systemClock,
     keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },
   }) as Config;

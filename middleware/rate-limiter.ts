@@ -18,6 +18,7 @@ import { joinFleet } from '../bus/member.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { callOnLimited, withSkip } from './hooks.js';
 import { CallerResolver, type Caller } from './identify.js';
+import { claimNodeId } from './instances.js';
 import { followStore } from './live-policy.js';
 import { parseOptions, type RateLimiterOptions } from './options.js';
 import { LimiterMetrics } from './metrics.js';
@@ -38,6 +39,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const clock = cfg.clock;
   const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
+  // Checked before anything is started.
+  const releaseNodeId = claimNodeId(cfg.nodeId);
   const ownBus = cfg.bus === undefined;
   // This process's own stalls: exported, and not taken for owner silence.
   const loop = LoopStalls.started(clock);
@@ -234,6 +237,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     hasher,
     stats,
     events,
+    nodeId,
     metrics: metrics.registry,
     bus,
     ready: () => bus.ready?.() ?? Promise.resolve(),
@@ -251,10 +255,14 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         clearInterval(timer);
         clearInterval(flushTimer);
         loop.stop();
-        await feed?.close();
-        await events?.flush();
-        await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
-        if (ownBus) await bus.close();
+        try {
+          await feed?.close();
+          await events?.flush();
+          await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
+          if (ownBus) await bus.close();
+        } finally {
+          releaseNodeId();
+        }
       })();
       return closing;
     },

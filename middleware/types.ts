@@ -29,6 +29,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
   readonly stats: Readonly<LimiterStats>;
   /** Prometheus metrics of this limiter (O1); serve them with `metricsHandler(limiter.metrics)`. */
   readonly metrics: Registry;
+  /** This limiter's node id (its name in the fleet, the logs and the metrics' `node` label). */
+  readonly nodeId: string;
   /** The policy in force. */
   policy(): CompiledPolicy;
   /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
