@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import { secretKeys } from '../bus/codec.js';
 import type { RedisConnectionOptions } from '../bus/redis-connection.js';
 import type { Bus } from '../bus/types.js';
@@ -95,6 +96,11 @@ export interface RateLimiterOptions {
    * `false` sets none. @default 'rateLimit'
    */
   requestPropertyName?: string | false;
+  /**
+   * A prom-client registry to register this limiter's metrics into as well (the app's, so one
+   * `/metrics` serves both); `limiter.metrics` is then that registry. @default a registry of its own
+   */
+  registry?: Registry;
   /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
   logger?: Logger;
   /** Time source. @default the system clock */
@@ -125,6 +131,7 @@ export interface Config {
   readonly skip: SkipFn | undefined;
   readonly onLimited: OnLimited | undefined;
   readonly requestPropertyName: string | false;
+  readonly registry: Registry | undefined;
   readonly logger: Logger | undefined;
   readonly clock: Clock;
 }
@@ -177,6 +184,11 @@ const schema = Joi.object({
   skip: Joi.func(),
   onLimited: Joi.func().maxArity(4),
   requestPropertyName: Joi.alternatives(Joi.string().pattern(/^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/), Joi.valid(false)).default('rateLimit'),
+  registry: Joi.object().custom((v: { registerMetric?: unknown; getSingleMetric?: unknown }) => {
+    // Duck-typed: the app's prom-client may be another copy than ours.
+    if (typeof v.registerMetric !== 'function' || typeof v.getSingleMetric !== 'function') throw new Error('must be a prom-client Registry');
+    return v;
+  }),
   logger: Joi.object(),
   clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
 }).oxor('bus', 'redis');
@@ -235,6 +247,7 @@ export function parseOptions(options: unknown): Config {
     logger: o.logger,
     skip: o.skip,
     onLimited: o.onLimited,
+    registry: o.registry,
     nodeId: value.nodeId ?? defaultNodeId(),
     clock: o.clock ?? systemClock,
     keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },

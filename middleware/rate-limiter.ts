@@ -39,8 +39,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const clock = cfg.clock;
   const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
-  // Checked before anything is started.
+  // Checked before anything is started: a taken node id, a registry holding other metrics of our names.
   const releaseNodeId = claimNodeId(cfg.nodeId);
+  let metrics: LimiterMetrics;
+  try {
+    metrics = new LimiterMetrics(cfg.registry);
+  } catch (err) {
+    releaseNodeId();
+    throw err;
+  }
   const ownBus = cfg.bus === undefined;
   // This process's own stalls: exported, and not taken for owner silence.
   const loop = LoopStalls.started(clock);
@@ -69,7 +76,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     cfg.redis === undefined
       ? undefined
       : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
-  const metrics = new LimiterMetrics({ nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
+  metrics.attach({ nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -255,6 +262,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         clearInterval(timer);
         clearInterval(flushTimer);
         loop.stop();
+        metrics.close();
         try {
           await feed?.close();
           await events?.flush();

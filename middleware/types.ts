@@ -27,7 +27,11 @@ export interface RateLimiterMiddleware extends RequestHandler {
   readonly hasher: KeyHasher;
   /** Decision counters. */
   readonly stats: Readonly<LimiterStats>;
-  /** Prometheus metrics of this limiter (O1); serve them with `metricsHandler(limiter.metrics)`. */
+  /**
+   * Prometheus metrics (O1), each series labelled `node`: the `registry` option, else a registry of
+   * its own. Every open limiter of the process shares the metric objects, so the registries merge and
+   * each serves them all. Serve it with `metricsHandler(limiter.metrics)`.
+   */
   readonly metrics: Registry;
   /** This limiter's node id (its name in the fleet, the logs and the metrics' `node` label). */
   readonly nodeId: string;

@@ -156,12 +156,12 @@ describe('hooks: skip, onLimited and req.rateLimit', () => {
 
   it('rejects hooks of the wrong type, naming each option', () => {
     try {
-      rateLimiter({ policy: demoPolicy(), identify: () => undefined, skip: true, onLimited: 'json', requestPropertyName: '1st' } as unknown as RateLimiterOptions);
+      rateLimiter({ policy: demoPolicy(), identify: () => undefined, skip: true, onLimited: 'json', requestPropertyName: '1st', registry: {} } as unknown as RateLimiterOptions);
       expect.fail('should throw');
     } catch (err) {
       expect(err).to.be.instanceOf(ConfigError);
       expect((err as ConfigError).code).to.equal('RL_CONFIG');
-      expect((err as ConfigError).problems.map((p) => p.path)).to.have.members(['skip', 'onLimited', 'requestPropertyName']);
+      expect((err as ConfigError).problems.map((p) => p.path)).to.have.members(['skip', 'onLimited', 'requestPropertyName', 'registry']);
     }
   });
 });
