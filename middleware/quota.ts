@@ -36,7 +36,10 @@ declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace
   namespace Express {
     interface Request {
-      /** The caller's own quota, set by `rateLimiter()` on every request it decided (not skipped ones). */
+      /**
+       * The caller's own quota, set by `rateLimiter()` on requests it admitted or refused for quota
+       * (not on skipped ones, limiter faults, capacity 503s or with the kill switch off).
+       */
       rateLimit?: RateLimitInfo;
     }
   }
@@ -54,6 +57,54 @@ function planOf(limits: ResolvedLimits): string | undefined {
   return plan;
 }
 
+/**
+ * `req.rateLimit` after an admission: read from the buckets when first touched, then kept. Reading a
+ * fleet-of-one owner's ledger costs about as much as the decision itself, so a request whose handler
+ * never looks pays only this object. `JSON.stringify` gives the plain fields.
+ */
+class QuotaView implements RateLimitInfo {
+  #reader: QuotaReader | undefined;
+  #info: RateLimitInfo | undefined;
+  readonly #keyId: string;
+  readonly #limits: ResolvedLimits;
+
+  constructor(reader: QuotaReader, keyId: string, limits: ResolvedLimits) {
+    this.#reader = reader;
+    this.#keyId = keyId;
+    this.#limits = limits;
+  }
+
+  #read(): RateLimitInfo {
+    if (this.#reader !== undefined) {
+      this.#info = this.#reader.read(this.#keyId, this.#limits) ?? this.#reader.spent(this.#limits);
+      this.#reader = undefined;
+    }
+    return this.#info!;
+  }
+
+  get limit(): number {
+    return this.#read().limit;
+  }
+  get remaining(): number {
+    return this.#read().remaining;
+  }
+  get used(): number {
+    return this.#read().used;
+  }
+  get resetMs(): number {
+    return this.#read().resetMs;
+  }
+  get window(): string {
+    return this.#read().window;
+  }
+  get plan(): string | undefined {
+    return this.#read().plan;
+  }
+  toJSON(): RateLimitInfo {
+    return this.#read();
+  }
+}
+
 /** Reads a caller's own quota from what this node holds and, as a shard owner, has not issued. */
 export class QuotaReader {
   constructor(
@@ -65,6 +116,11 @@ export class QuotaReader {
   /** Credit left in window `i` of the key's buckets. */
   private left(keyId: string, limits: ResolvedLimits, i: number, credit: number, windowId: number): number {
     return Math.max(0, credit) + this.owner.unissued(keyId, limits.windows[i]!.windowMs, windowId);
+  }
+
+  /** `req.rateLimit` after an admission of `keyId`: read when first touched. */
+  view(keyId: string, limits: ResolvedLimits): RateLimitInfo {
+    return new QuotaView(this, keyId, limits);
   }
 
   /** The quota after an admission: the binding window's. Undefined when the key holds no buckets. */
@@ -92,6 +148,11 @@ export class QuotaReader {
     for (let i = 0; i < limits.windows.length; i++) if (limits.windows[i]!.name === denied.window) at = i;
     const b = this.node.buckets.peek(keyId)?.buckets[at];
     return this.info(limits, at, 0, b !== undefined ? b.windowEnd - this.clock.now() : (denied.retryAfterMs ?? 0));
+  }
+
+  /** The quota of a key whose buckets are gone (evicted or past): nothing known left, its first window. */
+  spent(limits: ResolvedLimits): RateLimitInfo {
+    return this.info(limits, 0, 0, 0);
   }
 
   private info(limits: ResolvedLimits, at: number, remaining: number, resetMs: number): RateLimitInfo {

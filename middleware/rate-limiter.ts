@@ -159,7 +159,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       if (result.admitted) {
         stats.admitted++;
         if (policy.doc.capacity !== undefined) capacity.record(caller.tenant);
-        if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.read(keyId, limits);
+        if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.view(keyId, limits);
         next();
         return;
       }

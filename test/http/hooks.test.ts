@@ -75,7 +75,7 @@ describe('hooks: skip, onLimited and req.rateLimit', () => {
     expect(limiter.stats.failClosed).to.equal(1);
   });
 
-  it('sets req.rateLimit to the caller’s own quota in its binding window, without its key', async () => {
+  it('sets req.rateLimit to the caller’s own quota in its binding window (read when first touched), without its key', async () => {
     const { app } = appWith({});
     const first = (await request(app).get('/x')).body.quota as RateLimitInfo;
     expect(first).to.deep.include({ limit: 10, remaining: 9, used: 1, window: 'burst', plan: 'free' });
@@ -95,14 +95,15 @@ describe('hooks: skip, onLimited and req.rateLimit', () => {
       const limiter = rateLimiter({ policy: demoPolicy(), identify: () => ({ principal: RAW_KEY, tenant: 'acme' }), keyHash: TEST_KEY_HASH, logger: captureLogger().logger, requestPropertyName });
       opened.push(limiter);
       const app = express().use(limiter).use((req, res) => {
-        seen.push([req.rateLimit, (req as unknown as { quota?: RateLimitInfo }).quota?.limit]);
+        const quota = (req as unknown as { quota?: RateLimitInfo }).quota;
+        seen.push([req.rateLimit, quota?.limit, quota?.remaining, quota?.window]);
         res.end();
       });
       await request(app).get('/x').expect(200);
     }
     expect(seen).to.deep.equal([
-      [undefined, 10],
-      [undefined, undefined],
+      [undefined, 10, 9, 'burst'],
+      [undefined, undefined, undefined, undefined],
     ]);
   });
 
