@@ -3,6 +3,8 @@ export { rateLimiter, type RateLimiterMiddleware, type LimiterStats } from './mi
 export { backstop, type BackstopOptions } from './middleware/backstop.js';
 export { metricsHandler } from './middleware/metrics.js';
 export type { RateLimiterOptions, Identity } from './middleware/options.js';
+export type { RateLimitInfo, LimitedInfo } from './middleware/quota.js';
+export type { SkipFn, OnLimited } from './middleware/hooks.js';
 export {
   compilePolicy,
   CompiledPolicy,
@@ -26,6 +28,7 @@ export {
   RateLimiterError,
   ValidationError,
   ErrorCode,
+  WarningCode,
   type ErrorCodeValue,
   type Problem,
 } from './lib/errors.js';

@@ -12,6 +12,12 @@ export const ErrorCode = Object.freeze({
   INTERNAL: 'RL_INTERNAL',
 } as const);
 
+/** Stable codes of the warnings a limiter logs (the `code` field of the log line); listed in the README. */
+export const WarningCode = Object.freeze({
+  /** X-Forwarded-For arrived but nothing trusts it: anonymous callers behind a proxy share its address. */
+  FORWARDED_UNTRUSTED: 'RL_FORWARDED_UNTRUSTED',
+} as const);
+
 export type ErrorCodeValue = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 /** Base class of every error this library throws. */

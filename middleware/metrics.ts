@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Registry, type Metric } from 'prom-client';
+import { ConfigError } from '../lib/errors.js';
 import type { LoopStalls } from '../bus/loop-stall.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
@@ -8,7 +9,7 @@ import type { LeaseNode } from '../lib/lease-node.js';
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
-  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number };
+  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number };
   readonly node: LeaseNode;
   readonly owner: FoldOwner;
   readonly bus: Bus;
@@ -28,129 +29,230 @@ interface BusStats {
 /** Seconds, from 1 µs (a decision from held credit) to 25 ms (a fast path that waited). */
 const DECISION_BUCKETS = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 2.5e-2];
 
-/** Sets a counter to an absolute value read from a cumulative source at scrape time. */
-function mirror(counter: Counter<string>, value: number): void {
-  counter.reset();
-  counter.inc(value);
+/** Decision times of one limiter: per-bucket counts, kept off prom-client so a request only adds. */
+class Timings {
+  readonly counts = new Float64Array(DECISION_BUCKETS.length);
+  sum = 0;
+  count = 0;
+
+  observe(seconds: number): void {
+    this.sum += seconds;
+    this.count++;
+    for (let i = 0; i < DECISION_BUCKETS.length; i++) {
+      if (seconds <= DECISION_BUCKETS[i]!) {
+        this.counts[i]!++;
+        return;
+      }
+    }
+  }
+}
+
+/** One open limiter as the process's metrics see it. */
+interface Member {
+  readonly src: MetricSources;
+  readonly decision: Timings;
+  readonly fastPath: Timings;
+}
+
+type Sample = { value: number; labels: Record<string, string | number>; metricName: string };
+
+/**
+ * A histogram whose series are the `Timings` of every open limiter, labelled `node`; it meets the
+ * prom-client registry's metric contract (`name`, `help`, `type`, `get()`, `reset()`).
+ */
+class TimingsHistogram {
+  readonly type = 'histogram';
+  readonly aggregator = 'sum';
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    private readonly read: (m: Member) => Timings,
+    private readonly members: ReadonlyMap<string, Member>,
+  ) {}
+
+  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Sample[] }> {
+    const values: Sample[] = [];
+    for (const [node, m] of this.members) {
+      const t = this.read(m);
+      let acc = 0;
+      DECISION_BUCKETS.forEach((le, i) => {
+        acc += t.counts[i]!;
+        values.push({ value: acc, labels: { le, node }, metricName: `${this.name}_bucket` });
+      });
+      values.push({ value: t.count, labels: { le: '+Inf', node }, metricName: `${this.name}_bucket` });
+      values.push({ value: t.sum, labels: { node }, metricName: `${this.name}_sum` });
+      values.push({ value: t.count, labels: { node }, metricName: `${this.name}_count` });
+    }
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
+  }
+
+  /** The counts belong to the limiters (like the mirrored counters, they are read, not reset). */
+  reset(): void {}
+}
+
+/** Sets a counter's series of `node` to an absolute value read from a cumulative source at scrape time. */
+function mirror(counter: Counter<string>, node: string, value: number, labels: Record<string, string> = {}): void {
+  counter.inc({ ...labels, node }, value);
 }
 
 /**
- * Prometheus metrics of one limiter (O1), in their own registry, every series labelled with the
- * node id. Only the decision histogram is touched on the request path; everything else is read from
- * the limiter's counters when scraped.
+ * The metrics of every open limiter in this process: one set of metric objects, each series labelled
+ * `node`, read from the limiters' counters when scraped. Each limiter's registry holds these same
+ * objects, so registries merge (`Registry.merge`) and any of them serves every open limiter.
+ */
+class ProcessMetrics {
+  readonly members = new Map<string, Member>();
+  /** Every metric, by name. */
+  readonly all = new Map<string, Metric<string> | TimingsHistogram>();
+
+  constructor() {
+    const members = this.members;
+    const each = (f: (src: MetricSources, node: string) => void): void => {
+      for (const [node, m] of members) f(m.src, node);
+    };
+    for (const h of [
+      new TimingsHistogram('fleet_ratelimit_decision_seconds', 'Time from the request reaching the limiter to its decision.', (m) => m.decision, members),
+      new TimingsHistogram('fleet_ratelimit_fast_path_seconds', 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', (m) => m.fastPath, members),
+    ])
+      this.all.set(h.name, h);
+    const counter = (name: string, help: string, labelNames: string[], collect: (c: Counter<string>) => void): void => {
+      this.all.set(name, new Counter({ name, help, labelNames: ['node', ...labelNames], registers: [], collect() { this.reset(); collect(this); } }));
+    };
+    const gauge = (name: string, help: string, labelNames: string[], collect: (g: Gauge<string>) => void): void => {
+      this.all.set(name, new Gauge({ name, help, labelNames: ['node', ...labelNames], registers: [], collect() { this.reset(); collect(this); } }));
+    };
+    const fromNode = (name: string, help: string, read: (src: MetricSources) => number): void =>
+      counter(name, help, [], (c) => each((src, node) => mirror(c, node, read(src))));
+    counter(
+      'fleet_ratelimit_decisions_total',
+      'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off).',
+      ['class'],
+      (c) =>
+        each(({ stats: s }, node) => {
+          for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed]] as const) mirror(c, node, n, { class: cls });
+        }),
+    );
+    fromNode('fleet_ratelimit_skipped_total', 'Requests the skip option let through unlimited (not decisions: neither counted nor refused).', (src) => src.stats.skipped);
+    fromNode('fleet_ratelimit_fast_path_total', 'Asks to a shard owner on the request path (first sight, or credit short).', (src) => src.node.stats.fastPath);
+    fromNode('fleet_ratelimit_fast_path_timeouts_total', 'Asks that missed the fast-path deadline (their requests were denied).', (src) => src.node.stats.fastPathTimeouts);
+    fromNode('fleet_ratelimit_rounds_total', 'Reconciliation rounds this node ended.', (src) => src.node.round);
+    fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', (src) => src.node.stats.reports);
+    fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', (src) => src.node.stats.grantsApplied);
+    fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner.stats.grants);
+    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', (src) => src.owner.stats.floatAnswers);
+    fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
+    fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', (src) => src.events?.dropped ?? 0);
+    counter(
+      'fleet_ratelimit_bus_rejections_total',
+      'Bus entries and messages rejected: version, secret, mac, malformed, fold (could not be applied), stale_owner (from a deposed owner).',
+      ['reason'],
+      (c) =>
+        each((src, node) => {
+          const bus = (src.bus as unknown as BusStats).stats;
+          for (const [reason, n] of Object.entries(bus?.rejected ?? {})) mirror(c, node, n, { reason });
+          mirror(c, node, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch, { reason: 'stale_owner' });
+        }),
+    );
+    counter(
+      'fleet_ratelimit_policy_rejections_total',
+      'Stored policy and kill-switch records refused (the last good ones stay in force): unsigned, secret (unknown version), mac (forged), malformed, replay (older than the one in force).',
+      ['reason'],
+      (c) => each((src, node) => Object.entries(src.policyRejections?.() ?? {}).forEach(([reason, n]) => mirror(c, node, n, { reason }))),
+    );
+    counter(
+      'fleet_ratelimit_fast_path_asks_total',
+      'Asks sent to remote shard owners, by how they travelled: direct (the TCP channel) or redis (pub/sub, the fallback).',
+      ['transport'],
+      (c) =>
+        each((src, node) => {
+          const bus = (src.bus as unknown as BusStats).stats;
+          if (bus?.asksSent === undefined) return;
+          mirror(c, node, bus.asksDirect ?? 0, { transport: 'direct' });
+          mirror(c, node, bus.asksSent - (bus.asksDirect ?? 0), { transport: 'redis' });
+        }),
+    );
+    fromNode(
+      'fleet_ratelimit_grants_withheld_total',
+      'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
+      (src) => (src.bus as unknown as BusStats).stats?.grantsWithheld ?? 0,
+    );
+    gauge('fleet_ratelimit_fold_age_seconds', 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.', [], (g) =>
+      each((src, node) => g.set({ node }, src.node.longestSilenceMs() / 1000)),
+    );
+    gauge('fleet_ratelimit_event_loop_lag_seconds', "Worst lateness of this process's event loop since the last scrape (its timer, due every 10 ms).", [], (g) =>
+      each((src, node) => g.set({ node }, src.loop.takeWorstLag() / 1000)),
+    );
+    fromNode('fleet_ratelimit_event_loop_stalled_seconds_total', "Time this process's event loop was stalled (over 5 ms late): not counted as owner or Redis silence.", (src) => src.loop.stalledMs / 1000);
+    gauge('fleet_ratelimit_degraded', '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', [], (g) => each((src, node) => g.set({ node }, src.node.degraded ? 1 : 0)));
+    gauge(
+      'fleet_ratelimit_lease_credit',
+      'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance).',
+      ['kind'],
+      (g) =>
+        each((src, node) => {
+          const t = src.owner.totals(Date.now());
+          g.set({ node, kind: 'committed' }, t.committed);
+          g.set({ node, kind: 'allowance' }, t.allowance);
+        }),
+    );
+    gauge('fleet_ratelimit_buckets', 'Buckets held by this node (one per key and window length).', [], (g) => each((src, node) => g.set({ node }, src.node.buckets.size)));
+    gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus.fleetSize())));
+  }
+
+  /** Registers every metric into `registry`; a foreign metric of one of our names is a ConfigError. */
+  registerInto(registry: Registry): void {
+    const clash = [...this.all].filter(([name, m]) => {
+      const there = registry.getSingleMetric(name);
+      return there !== undefined && there !== (m as unknown);
+    });
+    if (clash.length) {
+      throw new ConfigError(clash.map(([name]) => ({ path: 'registry', message: `already holds another metric named ${name}` })));
+    }
+    for (const m of this.all.values()) registry.registerMetric(m as Metric<string>);
+  }
+}
+
+let processMetrics: ProcessMetrics | undefined;
+
+/**
+ * Prometheus metrics of one limiter (O1), every series labelled `node` with its node id. Only the
+ * decision timings are touched on the request path (two additions, no allocation); everything else is
+ * read from the limiter's counters when scraped.
  */
 export class LimiterMetrics {
-  readonly registry = new Registry();
-  private readonly decision: Histogram<string>;
-  private readonly fastPath: Histogram<string>;
+  readonly registry: Registry;
+  private readonly decision = new Timings();
+  private readonly fastPath = new Timings();
+  private readonly shared: ProcessMetrics;
+  private src: MetricSources | undefined;
 
-  constructor(src: MetricSources) {
-    const r = this.registry;
-    r.setDefaultLabels({ node: src.nodeId });
-    this.decision = new Histogram({ name: 'fleet_ratelimit_decision_seconds', help: 'Time from the request reaching the limiter to its decision.', buckets: DECISION_BUCKETS, registers: [r] });
-    this.fastPath = new Histogram({ name: 'fleet_ratelimit_fast_path_seconds', help: 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', buckets: DECISION_BUCKETS, registers: [r] });
-    new Counter({
-      name: 'fleet_ratelimit_decisions_total',
-      help: 'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off).',
-      labelNames: ['class'],
-      registers: [r],
-      collect() {
-        this.reset();
-        const s = src.stats;
-        for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed]] as const) this.inc({ class: cls }, n);
-      },
-    });
-    const fromNode = (name: string, help: string, read: () => number): Counter<string> =>
-      new Counter({ name, help, registers: [r], collect() { mirror(this, read()); } });
-    fromNode('fleet_ratelimit_fast_path_total', 'Asks to a shard owner on the request path (first sight, or credit short).', () => src.node.stats.fastPath);
-    fromNode('fleet_ratelimit_fast_path_timeouts_total', 'Asks that missed the fast-path deadline (their requests were denied).', () => src.node.stats.fastPathTimeouts);
-    fromNode('fleet_ratelimit_rounds_total', 'Reconciliation rounds this node ended.', () => src.node.round);
-    fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', () => src.node.stats.reports);
-    fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', () => src.node.stats.grantsApplied);
-    fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', () => src.owner.stats.grants);
-    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', () => src.owner.stats.floatAnswers);
-    fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', () => src.node.stats.selfGrants);
-    fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', () => src.events?.dropped ?? 0);
-    new Counter({
-      name: 'fleet_ratelimit_bus_rejections_total',
-      help: 'Bus entries and messages rejected: version, secret, mac, malformed, fold (could not be applied), stale_owner (from a deposed owner).',
-      labelNames: ['reason'],
-      registers: [r],
-      collect() {
-        this.reset();
-        const bus = (src.bus as unknown as BusStats).stats;
-        for (const [reason, n] of Object.entries(bus?.rejected ?? {})) this.inc({ reason }, n);
-        this.inc({ reason: 'stale_owner' }, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch);
-      },
-    });
-    new Counter({
-      name: 'fleet_ratelimit_policy_rejections_total',
-      help: 'Stored policy and kill-switch records refused (the last good ones stay in force): unsigned, secret (unknown version), mac (forged), malformed, replay (older than the one in force).',
-      labelNames: ['reason'],
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const [reason, n] of Object.entries(src.policyRejections?.() ?? {})) this.inc({ reason }, n);
-      },
-    });
-    new Counter({
-      name: 'fleet_ratelimit_fast_path_asks_total',
-      help: 'Asks sent to remote shard owners, by how they travelled: direct (the TCP channel) or redis (pub/sub, the fallback).',
-      labelNames: ['transport'],
-      registers: [r],
-      collect() {
-        this.reset();
-        const bus = (src.bus as unknown as BusStats).stats;
-        if (bus?.asksSent === undefined) return;
-        this.inc({ transport: 'direct' }, bus.asksDirect ?? 0);
-        this.inc({ transport: 'redis' }, bus.asksSent - (bus.asksDirect ?? 0));
-      },
-    });
-    new Counter({
-      name: 'fleet_ratelimit_grants_withheld_total',
-      help: 'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
-      registers: [r],
-      collect() {
-        mirror(this, (src.bus as unknown as BusStats).stats?.grantsWithheld ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'fleet_ratelimit_fold_age_seconds',
-      help: 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.',
-      registers: [r],
-      collect() {
-        this.set(src.node.longestSilenceMs() / 1000);
-      },
-    });
-    new Gauge({
-      name: 'fleet_ratelimit_event_loop_lag_seconds',
-      help: 'Worst lateness of this process\'s event loop since the last scrape (its timer, due every 10 ms).',
-      registers: [r],
-      collect() {
-        this.set(src.loop.takeWorstLag() / 1000);
-      },
-    });
-    fromNode('fleet_ratelimit_event_loop_stalled_seconds_total', 'Time this process\'s event loop was stalled (over 5 ms late): not counted as owner or Redis silence.', () => src.loop.stalledMs / 1000);
-    new Gauge({ name: 'fleet_ratelimit_degraded', help: '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', registers: [r], collect() { this.set(src.node.degraded ? 1 : 0); } });
-    new Gauge({
-      name: 'fleet_ratelimit_lease_credit',
-      help: 'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance).',
-      labelNames: ['kind'],
-      registers: [r],
-      collect() {
-        const t = src.owner.totals(Date.now());
-        this.set({ kind: 'committed' }, t.committed);
-        this.set({ kind: 'allowance' }, t.allowance);
-      },
-    });
-    new Gauge({ name: 'fleet_ratelimit_buckets', help: 'Buckets held by this node (one per key and window length).', registers: [r], collect() { this.set(src.node.buckets.size); } });
-    new Gauge({ name: 'fleet_ratelimit_fleet_size', help: 'Members of the fleet as this node sees them.', registers: [r], collect() { this.set(src.bus.fleetSize()); } });
+  /**
+   * Registers this process's metrics into `registry` (default: a new one); throws a ConfigError
+   * (`registry`) if it holds another metric under one of their names. Series appear once `attach`ed.
+   */
+  constructor(registry?: Registry) {
+    this.shared = processMetrics ??= new ProcessMetrics();
+    this.registry = registry ?? new Registry();
+    this.shared.registerInto(this.registry);
+  }
+
+  /** Adds this limiter's series, labelled `node` with `src.nodeId` (unique among open limiters). */
+  attach(src: MetricSources): void {
+    this.src = src;
+    this.shared.members.set(src.nodeId, { src, decision: this.decision, fastPath: this.fastPath });
   }
 
   /** Records a decision that took `ms` (and, if it asked an owner, the fast path too). */
   observe(ms: number, askedOwner: boolean): void {
     this.decision.observe(ms / 1000);
     if (askedOwner) this.fastPath.observe(ms / 1000);
+  }
+
+  /** Drops this limiter's series (on close); idempotent. */
+  close(): void {
+    const src = this.src;
+    if (src !== undefined && this.shared.members.get(src.nodeId)?.src === src) this.shared.members.delete(src.nodeId);
   }
 }
 

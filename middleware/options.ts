@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import Joi from 'joi';
 import type { Request } from 'express';
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import { secretKeys } from '../bus/codec.js';
 import type { RedisConnectionOptions } from '../bus/redis-connection.js';
 import type { Bus } from '../bus/types.js';
@@ -12,6 +12,8 @@ import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import { CompiledPolicy, compilePolicy, type PolicyDoc } from '../lib/policy.js';
 import type { SubSecondMode } from '../lib/retry-after.js';
 import { joiProblems } from '../lib/validate.js';
+import type { OnLimited, SkipFn } from './hooks.js';
+import { defaultNodeId } from './instances.js';
 
 /** The authenticated caller as the application's auth layer established it. */
 export interface Identity {
@@ -37,7 +39,11 @@ export interface RateLimiterOptions {
    * derive the same key id. @default a random secret for this process (standalone only)
    */
   keyHash?: { versions: HashKeyVersion[]; current?: string };
-  /** Name of this node in reports, logs and health. @default `${hostname}-${pid}` */
+  /**
+   * Name of this node in reports, logs, health and the `node` label of its metrics; unique among the
+   * open limiters of a process (a second limiter with a taken one is a ConfigError), and across a fleet.
+   * @default `${hostname}-${pid}`, then `${hostname}-${pid}-2`, `-3`… for further limiters in the process
+   */
   nodeId?: string;
   /** Bus between nodes and shard owners. @default an in-memory bus: a fleet of one */
   bus?: Bus;
@@ -64,8 +70,37 @@ export interface RateLimiterOptions {
   subSecondRetryAfter?: SubSecondMode;
   /** Send draft-10 `RateLimit` / `RateLimit-Policy` headers about the caller's own quota. @default false */
   rateLimitHeaders?: boolean;
-  /** Proxies in front of this app whose X-Forwarded-For entries are trusted. @default 0 */
+  /**
+   * Proxies in front of this app whose X-Forwarded-For entries are trusted for the anonymous class;
+   * overrides Express's `trust proxy`. @default unset: the anonymous class is keyed by `req.ip`, so
+   * Express's `trust proxy` setting decides
+   */
   trustedProxyHops?: number;
+  /** Prefix length an anonymous IPv4 caller is keyed by (8–32). @default 32 (one address) */
+  ipv4Prefix?: number;
+  /** Prefix length an anonymous IPv6 caller is keyed by (32–128). @default 56 (a typical customer site) */
+  ipv6Prefix?: number;
+  /**
+   * Requests it answers truthy are let through unlimited: neither counted nor refused (`stats.skipped`).
+   * Synchronous, or a Promise (awaited only when one is returned). If it throws, a limiter fault.
+   * @default none
+   */
+  skip?: SkipFn;
+  /**
+   * Writes the 429 for a request refused for its own quota, in place of the problem+json body; told
+   * only the caller's own quota (`LimitedInfo`). @default the RFC 9457 problem response
+   */
+  onLimited?: OnLimited;
+  /**
+   * Property of `req` that receives the caller's own quota (`RateLimitInfo`) for the route handler;
+   * `false` sets none. @default 'rateLimit'
+   */
+  requestPropertyName?: string | false;
+  /**
+   * A prom-client registry to register this limiter's metrics into as well (the app's, so one
+   * `/metrics` serves both); `limiter.metrics` is then that registry. @default a registry of its own
+   */
+  registry?: Registry;
   /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
   logger?: Logger;
   /** Time source. @default the system clock */
@@ -90,7 +125,13 @@ export interface Config {
   readonly degradedAfterMs: number;
   readonly subSecondRetryAfter: SubSecondMode;
   readonly rateLimitHeaders: boolean;
-  readonly trustedProxyHops: number;
+  readonly trustedProxyHops: number | undefined;
+  readonly ipv4Prefix: number;
+  readonly ipv6Prefix: number;
+  readonly skip: SkipFn | undefined;
+  readonly onLimited: OnLimited | undefined;
+  readonly requestPropertyName: string | false;
+  readonly registry: Registry | undefined;
   readonly logger: Logger | undefined;
   readonly clock: Clock;
 }
@@ -109,7 +150,7 @@ const schema = Joi.object({
   identify: Joi.func().required(),
   routeClass: Joi.alternatives(Joi.string().pattern(/^[A-Za-z0-9_.-]{1,64}$/), Joi.func()).default('default'),
   keyHash: secretSchema,
-  nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/).default(() => `${hostname()}-${process.pid}`),
+  nodeId: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/),
   bus: Joi.object(),
   redis: Joi.object({
     url: Joi.string().uri({ scheme: ['redis', 'rediss'] }),
@@ -137,7 +178,17 @@ const schema = Joi.object({
   degradedAfterMs: Joi.number().integer().min(100).default(30_000),
   subSecondRetryAfter: Joi.string().valid('zero', 'round-up').default('zero'),
   rateLimitHeaders: Joi.boolean().default(false),
-  trustedProxyHops: Joi.number().integer().min(0).max(16).default(0),
+  trustedProxyHops: Joi.number().integer().min(0).max(16),
+  ipv4Prefix: Joi.number().integer().min(8).max(32).default(32),
+  ipv6Prefix: Joi.number().integer().min(32).max(128).default(56),
+  skip: Joi.func(),
+  onLimited: Joi.func().maxArity(4),
+  requestPropertyName: Joi.alternatives(Joi.string().pattern(/^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/), Joi.valid(false)).default('rateLimit'),
+  registry: Joi.object().custom((v: { registerMetric?: unknown; getSingleMetric?: unknown }) => {
+    // Duck-typed: the app's prom-client may be another copy than ours.
+    if (typeof v.registerMetric !== 'function' || typeof v.getSingleMetric !== 'function') throw new Error('must be a prom-client Registry');
+    return v;
+  }),
   logger: Joi.object(),
   clock: Joi.object({ now: Joi.func().required(), monotonic: Joi.func().required() }).unknown(true),
 }).oxor('bus', 'redis');
@@ -194,6 +245,10 @@ export function parseOptions(options: unknown): Config {
     bus: o.bus,
     redis: o.redis,
     logger: o.logger,
+    skip: o.skip,
+    onLimited: o.onLimited,
+    registry: o.registry,
+    nodeId: value.nodeId ?? defaultNodeId(),
     clock: o.clock ?? systemClock,
     keyHash: o.keyHash ?? { versions: [{ version: 'v1', secret: randomBytes(32) }] },
   }) as Config;

@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { NextFunction, Request, Response } from 'express';
 import { pino, type Logger } from 'pino';
 import { MemoryBus } from '../bus/memory.js';
-import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
-import { StoreSigner } from '../bus/store-signature.js';
+import type { PolicyFeed } from '../bus/policy-feed.js';
 import { EventLog } from '../bus/events.js';
 import { LoopStalls } from '../bus/loop-stall.js';
 import { connect } from '../bus/redis-connection.js';
@@ -11,63 +10,23 @@ import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
-import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
+import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
-import type { Acquired, LeaseNode } from '../lib/lease-node.js';
+import type { Acquired, Denied } from '../lib/lease-node.js';
 import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
-import { clientAddress, networkRange } from '../lib/network.js';
 import { retryHeaders } from '../lib/retry-after.js';
-import { parseOptions, type Identity, type RateLimiterOptions } from './options.js';
-import type { Registry } from 'prom-client';
+import { callOnLimited, withSkip } from './hooks.js';
+import { CallerResolver, type Caller } from './identify.js';
+import { claimNodeId } from './instances.js';
+import { followStore } from './live-policy.js';
+import { parseOptions, type RateLimiterOptions } from './options.js';
 import { LimiterMetrics } from './metrics.js';
-import { correlationIdOf, sendProblem } from './responses.js';
+import { QuotaReader } from './quota.js';
+import { correlationIdOf, denialHeaders, sendProblem } from './responses.js';
+import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
-/** Tenant-fairness slot of unauthenticated callers: a class name no tenant id can take (NUL). */
-const ANONYMOUS = '\u0000anonymous';
-
-/** Counters of one limiter instance. */
-export interface LimiterStats {
-  admitted: number;
-  quotaDenied: number;
-  capacityDenied: number;
-  failOpen: number;
-  failClosed: number;
-  /** Admitted unchecked while the kill switch has enforcement off. */
-  bypassed: number;
-}
-
-/** The Express middleware returned by `rateLimiter()`, with its handles. */
-export interface RateLimiterMiddleware extends RequestHandler {
-  /** The node side of the protocol (buckets, fast path, rounds). */
-  readonly node: LeaseNode;
-  /** Key hashing; use it to find a key's id (the raw key is never kept). */
-  readonly hasher: KeyHasher;
-  /** Decision counters. */
-  readonly stats: Readonly<LimiterStats>;
-  /** Prometheus metrics of this limiter (O1); serve them with `metricsHandler(limiter.metrics)`. */
-  readonly metrics: Registry;
-  /** The policy in force. */
-  policy(): CompiledPolicy;
-  /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
-  readonly enforcing: boolean;
-  /** Limit events (with `redis`): every 429 and 503, batched to Redis off the request path. */
-  readonly events: EventLog | undefined;
-  /**
-   * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
-   * `RangeError` for a version not above the current one; either way nothing changes.
-   */
-  updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
-  /** The bus between this node and the shard owners. */
-  readonly bus: Bus;
-  /**
-   * Settles once every shard has a reachable owner (at once in memory; with `redis`, after the first
-   * control rounds). Start accepting traffic after it: until then first sights of keys are denied.
-   */
-  ready(): Promise<void>;
-  /** Stops the round timer and the bus it created (leaving the fleet cleanly); idempotent. */
-  close(): Promise<void>;
-}
+export type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 /**
  * Per-API-key rate limiting for Express, mounted after authentication:
@@ -80,7 +39,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const clock = cfg.clock;
   const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
-  const nodeEpoch = randomUUID();
+  // Checked before anything is started: a taken node id, a registry holding other metrics of our names.
+  const releaseNodeId = claimNodeId(cfg.nodeId);
+  let metrics: LimiterMetrics;
+  try {
+    metrics = new LimiterMetrics(cfg.registry);
+  } catch (err) {
+    releaseNodeId();
+    throw err;
+  }
   const ownBus = cfg.bus === undefined;
   // This process's own stalls: exported, and not taken for owner silence.
   const loop = LoopStalls.started(clock);
@@ -89,23 +56,13 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     (cfg.redis !== undefined
       ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop })
       : new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock }));
-  const { node, owner } = joinFleet(
-    bus,
-    {
-      nodeId: cfg.nodeId,
-      nodeEpoch,
-      shards: cfg.shards,
-      maxBuckets: cfg.maxBuckets,
-      roundMs: cfg.roundMs,
-      fastPathDeadlineMs: cfg.fastPathDeadlineMs,
-      headroom: cfg.headroom,
-      reserveRatio: cfg.reserveRatio,
-      degradedAfterMs: cfg.degradedAfterMs,
-    },
-    clock,
-  );
+  const { nodeId, shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs } = cfg;
+  const member = { nodeId, nodeEpoch: randomUUID(), shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs };
+  const { node, owner } = joinFleet(bus, member, clock);
   const capacity = new AdmissionCapacity(clock);
-  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0 };
+  const callers = new CallerResolver(cfg, hasher, logger);
+  const quota = new QuotaReader(node, owner, clock);
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
   let policy = cfg.policy;
   let enforcing = true;
   // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
@@ -114,9 +71,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
   const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
   flushTimer?.unref();
-  // With Redis, the live policy's feed (set up at the end).
-  let feed: PolicyFeed | undefined;
-  const metrics = new LimiterMetrics({ nodeId: cfg.nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
+  // With Redis, the live policy and the kill switch come from the store (P4).
+  const feed: PolicyFeed | undefined =
+    cfg.redis === undefined
+      ? undefined
+      : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
+  metrics.attach({ nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -141,8 +101,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   const fixedClass = cfg.routeClass;
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
+  const property = cfg.requestPropertyName;
 
-  function handler(req: Request, res: Response, next: NextFunction): void {
+  function limit(req: Request, res: Response, next: NextFunction): void {
     if (!enforcing) {
       // The break-glass kill switch: enforcement is off fleet-wide (the backstop still binds).
       stats.bypassed++;
@@ -154,51 +115,35 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     let routeClass = 'default';
     try {
       routeClass = routeClassOf(req);
-      const who = cfg.identify(req);
-      let tenant: string;
-      let limits: ResolvedLimits;
-      if (!who) {
-        // An unparseable forwarded address falls back to the socket peer, never to one shared bucket.
-        const range =
-          networkRange(clientAddress(req.socket?.remoteAddress, req.headers['x-forwarded-for'], cfg.trustedProxyHops)) ??
-          networkRange(req.socket?.remoteAddress);
-        keyId = hasher.hash(`anonymous\u0000${range ?? 'unknown'}\u0000${routeClass}`);
-        tenant = ANONYMOUS;
-        limits = policy.anonymousLimitsFor(routeClass);
-      } else {
-        const principal = identityField(who, 'principal');
-        tenant = identityField(who, 'tenant');
-        keyId = hasher.hash(principal);
-        limits = policy.limitsFor(keyId, tenant);
-      }
+      const caller = callers.resolve(req, routeClass, policy);
+      keyId = caller.keyId;
       const cap = policy.doc.capacity;
       if (cap !== undefined) {
-        const verdict = capacity.check(tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(tenant) as number);
+        const verdict = capacity.check(caller.tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(caller.tenant) as number);
         if (verdict !== CapacityVerdict.Ok) {
           stats.capacityDenied++;
           metrics.observe(performance.now() - started, false);
           const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
           const correlationId = correlationIdOf(req);
           logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
-          events?.record({ at: clock.now(), keyId, class: 'capacity', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
+          events?.record({ at: clock.now(), keyId, class: 'capacity', status: 503, window: '', routeClass, correlationId, node: nodeId });
           commonHeaders(res);
           sendProblem(res, entry, correlationId);
           return;
         }
       }
-      const result = node.acquire(keyId, limits);
+      const result = node.acquire(keyId, caller.limits);
       if (result instanceof Promise) {
-        const k = keyId;
         result.then(
           (r) => {
             metrics.observe(performance.now() - started, true);
-            decide(req, res, next, r, k, tenant, limits, routeClass);
+            decide(req, res, next, r, caller, routeClass);
           },
-          (err: unknown) => fault(req, res, next, err, k, routeClass),
+          (err: unknown) => fault(req, res, next, err, caller.keyId, routeClass),
         );
       } else {
         metrics.observe(performance.now() - started, false);
-        decide(req, res, next, result, keyId, tenant, limits, routeClass);
+        decide(req, res, next, result, caller, routeClass);
       }
     } catch (err) {
       metrics.observe(performance.now() - started, false);
@@ -206,22 +151,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     }
   }
 
-  function decide(
-    req: Request,
-    res: Response,
-    next: NextFunction,
-    result: Acquired,
-    keyId: string,
-    tenant: string,
-    limits: ResolvedLimits,
-    routeClass: string,
-  ): void {
+  function decide(req: Request, res: Response, next: NextFunction, result: Acquired, caller: Caller, routeClass: string): void {
+    const { keyId, limits } = caller;
     try {
       commonHeaders(res);
-      if (cfg.rateLimitHeaders) quotaHeaders(res, keyId, limits);
+      if (cfg.rateLimitHeaders) quota.headers(res, keyId, limits);
       if (result.admitted) {
         stats.admitted++;
-        if (policy.doc.capacity !== undefined) capacity.record(tenant);
+        if (policy.doc.capacity !== undefined) capacity.record(caller.tenant);
+        if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.view(keyId, limits);
         next();
         return;
       }
@@ -231,14 +169,26 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass, () => node.charge(keyId, limits));
         return;
       }
-      stats.quotaDenied++;
-      const correlationId = correlationIdOf(req);
-      logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
-      events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: cfg.nodeId });
-      sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter));
+      limited(req, res, next, result, caller, routeClass);
     } catch (err) {
       fault(req, res, next, err, keyId, routeClass);
     }
+  }
+
+  /** A refusal for the caller's own quota: 429, written by `onLimited` when given. */
+  function limited(req: Request, res: Response, next: NextFunction, result: Denied, caller: Caller, routeClass: string): void {
+    const keyId = caller.keyId;
+    stats.quotaDenied++;
+    const correlationId = correlationIdOf(req);
+    logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
+    events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: nodeId });
+    const retry = retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter);
+    const send = (): void => sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retry);
+    const info = property !== false || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;
+    if (property !== false) (req as unknown as Record<string, unknown>)[property] = info;
+    if (cfg.onLimited === undefined) return send();
+    denialHeaders(res, Catalog.quotaExceeded, correlationId, retry);
+    callOnLimited(cfg.onLimited, req, res, next, { ...info!, retryAfterMs: result.retryAfterMs, correlationId }, send, logger);
   }
 
   /** A limiter fault: 503 on a fail-closed route, else admitted (`admitted` runs first, if given). */
@@ -254,7 +204,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (closed) {
       stats.failClosed++;
       logger.error({ err, keyId, correlationId, routeClass }, 'limiter fault on a fail-closed route: 503');
-      if (keyId !== undefined) events?.record({ at: clock.now(), keyId, class: 'fail_closed', status: 503, window: '', routeClass, correlationId, node: cfg.nodeId });
+      if (keyId !== undefined) events?.record({ at: clock.now(), keyId, class: 'fail_closed', status: 503, window: '', routeClass, correlationId, node: nodeId });
       if (!res.headersSent) sendProblem(res, Catalog.limiterUnavailable, correlationId);
       return;
     }
@@ -272,31 +222,29 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     if (node.degraded) res.setHeader('X-RateLimit-Degraded', 'true');
   }
 
-  /**
-   * draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. Remaining is what this
-   * node holds plus what its owner side has not issued yet when it owns the window's shard (exact in
-   * a fleet of one; a lower bound in a fleet, where other nodes hold and spend credit too).
-   */
-  function quotaHeaders(res: Response, keyId: string, limits: ResolvedLimits): void {
-    const subject = node.buckets.peek(keyId);
-    if (subject === undefined) return;
-    const now = clock.now();
-    const items = limits.windows.map((w, i) => {
-      const b = subject.buckets[i]!;
-      const remaining = Math.max(0, b.credit) + owner.unissued(keyId, w.windowMs, b.windowId);
-      return `"${w.name}";r=${remaining};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
-    });
-    res.setHeader('RateLimit-Policy', limits.policyHeader);
-    res.setHeader('RateLimit', items.join(', '));
+  /** A `skip` that threw: a fault on the request's route class (the default one if that throws too). */
+  function skipFailed(req: Request, res: Response, next: NextFunction, err: unknown): void {
+    let routeClass = 'default';
+    try {
+      routeClass = routeClassOf(req);
+    } catch {
+      // fault() decides on the default class.
+    }
+    fault(req, res, next, err, undefined, routeClass);
   }
 
-  const middleware = handler as RateLimiterMiddleware;
+  const skipped = (_req: Request, _res: Response, next: NextFunction): void => {
+    stats.skipped++;
+    next();
+  };
+  const middleware = withSkip(cfg.skip, limit, skipped, skipFailed) as RateLimiterMiddleware;
   let closing: Promise<void> | undefined;
   Object.assign(middleware, {
     node,
     hasher,
     stats,
     events,
+    nodeId,
     metrics: metrics.registry,
     bus,
     ready: () => bus.ready?.() ?? Promise.resolve(),
@@ -309,58 +257,24 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       policy = next;
       logger.info({ version: next.version }, 'policy updated');
     },
-
     close(): Promise<void> {
       closing ??= (async () => {
         clearInterval(timer);
         clearInterval(flushTimer);
         loop.stop();
-        await feed?.close();
-        await events?.flush();
-        await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
-        if (ownBus) await bus.close();
+        metrics.close();
+        try {
+          await feed?.close();
+          await events?.flush();
+          await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
+          if (ownBus) await bus.close();
+        } finally {
+          releaseNodeId();
+        }
       })();
       return closing;
     },
   });
   Object.defineProperty(middleware, 'enforcing', { get: () => enforcing, enumerable: true });
-  // With Redis, the live policy and the kill switch come from the store (P4).
-  if (cfg.redis !== undefined) {
-    // The stored policy wins over the one this node started with (that is only the bootstrap), then
-    // only a newer stored version replaces it.
-    let stored: StoredVersion | undefined;
-    const secret = cfg.redis.policySecret ?? cfg.redis.busSecret;
-    feed = new PolicyFeed(
-      cfg.redis,
-      new StoreSigner(secret.versions, secret.current),
-      {
-        inForce: () => stored,
-        apply: (p, version) => {
-          policy = p;
-          stored = version;
-          logger.info({ version: p.version }, 'live policy applied');
-        },
-        enforce: (on) => {
-          if (on === enforcing) return;
-          enforcing = on;
-          logger.warn({ enforcing: on }, on ? 'kill switch: enforcement back on' : 'kill switch: enforcement OFF fleet-wide');
-        },
-      },
-      logger,
-    );
-  }
   return middleware;
-}
-
-/**
- * A field of what identify() returned: a non-empty string (a finite number is taken as its decimal
- * form, since account ids often are numbers). Anything else is a limiter fault (RL_IDENTITY).
- */
-function identityField(who: Identity, field: 'principal' | 'tenant'): string {
-  const v: unknown = who[field];
-  if (typeof v === 'number' && Number.isFinite(v)) return String(v);
-  if (typeof v !== 'string' || v.length === 0 || v.includes('\u0000')) {
-    throw new RateLimiterError(ErrorCode.IDENTITY, `identify() returned an identity whose ${field} is not a non-empty string`);
-  }
-  return v;
 }

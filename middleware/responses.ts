@@ -12,6 +12,20 @@ export function correlationIdOf(req: Request): string {
 }
 
 /**
+ * Status and headers of a denial: Cache-Control no-store, X-Correlation-Id and, for a 429, Retry-After
+ * (and X-RateLimit-Reset-Ms under a second).
+ */
+export function denialHeaders(res: Response, entry: CatalogEntry, correlationId: string, retry?: RetryHeaders): void {
+  res.status(entry.status);
+  res.setHeader('Cache-Control', 'no-store');
+  res.setHeader('X-Correlation-Id', correlationId);
+  if (retry !== undefined) {
+    res.setHeader('Retry-After', retry.retryAfter);
+    if (retry.resetMs !== undefined) res.setHeader('X-RateLimit-Reset-Ms', retry.resetMs);
+  }
+}
+
+/**
  * Writes an RFC 9457 problem response for a denial. The body names the catalog code, the denying
  * window (429 only) and the correlation id — never a limit, a count, or anything about another tenant.
  */
@@ -22,14 +36,8 @@ export function sendProblem(
   window?: string,
   retry?: RetryHeaders,
 ): void {
-  res.status(entry.status);
+  denialHeaders(res, entry, correlationId, retry);
   res.setHeader('Content-Type', 'application/problem+json');
-  res.setHeader('Cache-Control', 'no-store');
-  res.setHeader('X-Correlation-Id', correlationId);
-  if (retry !== undefined) {
-    res.setHeader('Retry-After', retry.retryAfter);
-    if (retry.resetMs !== undefined) res.setHeader('X-RateLimit-Reset-Ms', retry.resetMs);
-  }
   const body: Record<string, string | number> = { type: entry.type, title: entry.title, status: entry.status, error: entry.code };
   if (window !== undefined) body.window = window;
   body.correlation_id = correlationId;

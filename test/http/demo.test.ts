@@ -88,7 +88,7 @@ describe('demo gateway (standalone, fleet of one)', () => {
     expect(demo.limiter.stats.admitted).to.equal(0);
   });
 
-  it('limits /public by network range (/24) and route class, not by tenant', async () => {
+  it('limits /public by client address and route class, not by tenant', async () => {
     const codes: number[] = [];
     for (let i = 0; i < 7; i++) codes.push((await request(demo.app).get('/public/info')).status);
     expect(codes).to.deep.equal([200, 200, 200, 200, 200, 429, 429]);

@@ -175,9 +175,9 @@ describe('rateLimiter middleware', () => {
   });
 
   it('falls back to the anonymous class (network range + route class) without identity', async () => {
-    const { app } = appWith({ trustedProxyHops: 1 });
+    const { app } = appWith({ trustedProxyHops: 1, ipv4Prefix: 24 });
     const from = (ip: string) => ({ 'x-forwarded-for': ip });
-    // anonymous plan: 5 per second, shared by the /24.
+    // anonymous plan: 5 per second, shared by the /24 (ipv4Prefix: 24).
     expect(await statuses(app, 3, from('203.0.113.7'))).to.deep.equal([200, 200, 200]);
     expect(await statuses(app, 3, from('203.0.113.200'))).to.deep.equal([200, 200, 429]);
     expect(await statuses(app, 1, from('203.0.114.1'))).to.deep.equal([200]);

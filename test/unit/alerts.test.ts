@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { rateLimiter } from '../../middleware/rate-limiter.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
@@ -54,6 +55,24 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
       const exported = new Set([...(await limiter.metrics.metrics()).matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
       for (const r of rules) {
         for (const [name] of r.expr.matchAll(/fleet_ratelimit_[a-z_]+/g)) expect(exported.has(name), `${r.alert} names ${name}`).to.equal(true);
+      }
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('group by node over series that carry node, also once merged into the app’s registry', async () => {
+    const limiter = rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, nodeId: 'alerts-node', logger: captureLogger().logger });
+    try {
+      const merged = await Registry.merge([new Registry(), limiter.metrics]).metrics();
+      const byNode = rules.filter((r) => /by \(node\)/.test(r.expr));
+      expect(byNode.map((r) => r.alert)).to.include.members(['RateLimiterFoldAgeHigh', 'RateLimiterNodeDegraded', 'RateLimiterReportsMissing']);
+      for (const r of byNode) {
+        for (const [name] of r.expr.matchAll(/fleet_ratelimit_[a-z_]+/g)) {
+          const series = merged.split('\n').filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+          expect(series, `${r.alert}: ${name}`).to.not.be.empty;
+          for (const line of series) expect(line, `${r.alert}: ${line}`).to.include('node="alerts-node"');
+        }
       }
     } finally {
       await limiter.close();
