@@ -1,19 +1,8 @@
 import type { Cluster, Redis } from 'ioredis';
+import type { LimitEvent, LimitEventSink } from './limit-event.js';
 
-/** One 429 or 503: what happened, to which key id (never the raw key), where. */
-export interface LimitEvent {
-  /** Wall-clock ms. */
-  readonly at: number;
-  readonly keyId: string;
-  /** `quota` (429), `capacity` (503) or `fail_closed` (503 on a limiter fault). */
-  readonly class: 'quota' | 'capacity' | 'fail_closed';
-  readonly status: number;
-  /** The denying window's name (quota only). */
-  readonly window: string;
-  readonly routeClass: string;
-  readonly correlationId: string;
-  readonly node: string;
-}
+export type { LimitEvent };
+
 
 /** Events kept per flush at most; beyond it a flood is counted, not stored. */
 const MAX_PER_FLUSH = 2000;
@@ -28,7 +17,7 @@ type Client = Redis | Cluster;
  * (every quarter second on a node) writes the buffer in one pipeline to `frl:{ev}:events`. Subject
  * access and erasure scan the stream for key ids; retention trims it by age.
  */
-export class EventLog {
+export class EventLog implements LimitEventSink {
   private buffer: LimitEvent[] = [];
   /** Events not stored because a flush was already full (a flood of denials). */
   dropped = 0;

@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import { compilePolicy, type CompiledPolicy } from '../lib/policy.js';
 import { PolicyStore } from './policy-store.js';
-import { connect, type RedisConnectionOptions } from './redis-connection.js';
+import { connect } from './redis-connection.js';
+import type { RedisConnectionOptions } from './redis-options.js';
 import { StoreRecordError, type SignedKind, type StoreRejectReason, type StoreSigner } from './store-signature.js';
 
 /** A stored policy version as a node holds it: its number and when the admin API stored it. */

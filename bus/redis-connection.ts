@@ -1,41 +1,26 @@
-import type { ConnectionOptions } from 'node:tls';
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import type { BusSecretVersion } from './codec.js';
+import { createRequire } from 'node:module';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import { ConfigError } from '../lib/errors.js';
+import type { RedisConnectionOptions } from './redis-options.js';
 
 /** A client for a standalone Redis or a Redis Cluster. */
 export type RedisClient = Redis | Cluster;
 
-/** How to reach Redis, and the bus's shared settings. Part of `rateLimiter({ redis })`. */
-export interface RedisConnectionOptions {
-  /** `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. */
-  url?: string;
-  /** Seed nodes of a Redis Cluster (URLs); instead of `url`. */
-  clusterNodes?: string[];
-  /** ACL user and password (override those in the URL). */
-  username?: string;
-  password?: string;
-  /** TLS: `true` for the defaults, or Node TLS options (CA, client certificate, servername). */
-  tls?: boolean | ConnectionOptions;
-  /** Prefix of every key and channel. @default 'frl' */
-  prefix?: string;
-  /** Versioned secret that authenticates every bus entry (HMAC); the same on every node. */
-  busSecret: { versions: BusSecretVersion[]; current?: string };
-  /**
-   * Versioned secret under which the admin API signs the stored policy and kill switch; a node applies
-   * only records that verify. @default busSecret (give the admin API the same)
-   */
-  policySecret?: { versions: BusSecretVersion[]; current?: string };
-  /** How often an owner checkpoints a shard it owns, so the log behind it can be trimmed. @default 1000 */
-  snapshotMs?: number;
-  /** Cap on a shard stream's length, a safety net behind trimming by age. @default 100000 */
-  maxStreamLength?: number;
-  /**
-   * The fast path's direct channel: each process listens on `host:port` (port 0: any free one) and
-   * advertises `advertise:<port>` in Redis; the others send it their asks over TCP, HMAC-sealed like
-   * the bus. `false`: asks go over Redis pub/sub only. The Redis channel is also the fallback while
-   * a connection is not up. @default { host: '127.0.0.1', port: 0, advertise: host (or the machine's hostname when host is 0.0.0.0 or ::) }
-   */
-  fastPath?: false | { host?: string; port?: number; advertise?: string };
+export type { RedisConnectionOptions };
+
+const requireHere = createRequire(import.meta.url);
+
+/**
+ * ioredis, loaded the first time something connects: a fleet of one never does, so ioredis is an
+ * optional peer dependency and a standalone install goes without it.
+ */
+function ioredis(): typeof import('ioredis') {
+  try {
+    return requireHere('ioredis') as typeof import('ioredis');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'MODULE_NOT_FOUND') throw err;
+    throw new ConfigError([{ path: 'redis', message: 'needs the ioredis package: npm install ioredis' }], 'ioredis is not installed');
+  }
 }
 
 /** An ioredis client (or Cluster client) for these connection options. */
@@ -49,6 +34,7 @@ export function connect(o: Pick<RedisConnectionOptions, 'url' | 'clusterNodes' |
     retryStrategy: (n: number) => Math.min(50 * n, 500),
     ...extra,
   };
+  const { Cluster, Redis } = ioredis();
   if (o.clusterNodes !== undefined) {
     const nodes = o.clusterNodes.map((u) => {
       const url = new URL(u);

@@ -9,7 +9,8 @@ import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Env
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { LoopStalls } from './loop-stall.js';
-import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
+import { connect, type RedisClient } from './redis-connection.js';
+import type { RedisConnectionOptions } from './redis-options.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 

@@ -1,6 +1,6 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
-import type { RedisConnectionOptions } from '../bus/redis-connection.js';
+import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import type { Clock } from '../lib/clock.js';
 import type { HashKeyVersion } from '../lib/key-id.js';
 import { KeyHasher } from '../lib/key-id.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import type { RedisConnectionOptions } from '../bus/redis-connection.js';
+import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import { ConfigError } from '../lib/errors.js';
 import { createDemoApp } from './app.js';
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
-import type { RedisConnectionOptions } from '../bus/redis-connection.js';
+import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import { StoreSigner } from '../bus/store-signature.js';
 import type { CompiledPolicy } from '../lib/policy.js';
 

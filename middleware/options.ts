@@ -4,7 +4,7 @@ import type { Request } from 'express';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { secretKeys } from '../bus/codec.js';
-import type { RedisConnectionOptions } from '../bus/redis-connection.js';
+import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { ConfigError, PolicyError, type Problem } from '../lib/errors.js';

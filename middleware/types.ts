@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import type { Registry } from 'prom-client';
-import type { EventLog } from '../bus/events.js';
+import type { LimitEventSink } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { KeyHasher } from '../lib/key-id.js';
 import type { LeaseNode } from '../lib/lease-node.js';
@@ -40,7 +40,7 @@ export interface RateLimiterMiddleware extends RequestHandler {
   /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
   readonly enforcing: boolean;
   /** Limit events (with `redis`): every 429 and 503, batched to Redis off the request path. */
-  readonly events: EventLog | undefined;
+  readonly events: LimitEventSink | undefined;
   /**
    * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
    * `RangeError` for a version not above the current one; either way nothing changes.

@@ -102,8 +102,9 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     const denied = named.size;
     expect(denied).to.be.at.least(1);
     const keyId = hasher.hash('sk_live_customer_one');
-    await until(async () => (await limiter.events!.find([keyId])).length === denied, 'the events to be flushed', 3000);
-    const found = await limiter.events!.find([keyId]);
+    const stream = new EventLog(raw, prefix);
+    await until(async () => (await stream.find([keyId])).length === denied, 'the events to be flushed', 3000);
+    const found = await stream.find([keyId]);
     const odd = found.filter((e) => !(e.class === 'quota' && e.status === 429 && e.window === named.get(e.correlationId) && e.node === 'events-node' && e.routeClass === 'default'));
     expect(odd, `answers ${statuses.join(' ')}`).to.deep.equal([]);
     const stored = JSON.stringify(await raw.xrange(`${prefix}:{ev}:events`, '-', '+'));

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { joinFleet } from '../../bus/member.js';
-import type { RedisConnectionOptions } from '../../bus/redis-connection.js';
+import type { RedisConnectionOptions } from '../../bus/redis-options.js';
 import { RedisBus } from '../../bus/redis.js';
 import { StoreSigner } from '../../bus/store-signature.js';
 import { systemClock } from '../../lib/clock.js';
