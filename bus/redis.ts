@@ -9,6 +9,7 @@ import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Env
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { LoopStalls } from './loop-stall.js';
+import { consumerName, GROUP, KeySchema, parseOwnerEntry, processName } from './keys.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
@@ -29,7 +30,6 @@ export interface RedisBusOptions extends RedisConnectionOptions {
 const LEASE_ROUNDS = 10;
 /** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
 const BLIND_SETTLE_ROUNDS = 9;
-const GROUP = 'owners';
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
 const WARM_UP_KEY = 'warm-up';
 const READ_COUNT = 500;
@@ -124,16 +124,7 @@ export interface RedisBusStats extends FastPathStats {
 }
 
 /**
- * The leasing protocol over Redis. Key layout (prefix `frl`, hash tags so a Redis Cluster spreads
- * shards over slots and keeps the control keys in one):
- *
- * - `frl:{ctl}:members` zset, `frl:{ctl}:epochs` hash, `frl:{ctl}:owners` hash — membership and the
- *   ownership table, changed only by `lua/round.lua`, run once per round by every member.
- * - `frl:{s<N>}:reports` — shard N's stream: one entry per node per round (B2), read by the owner
- *   through consumer group `owners`, acked once folded; a new owner claims the old one's pending.
- * - `frl:{s<N>}:log` — grants the owner issued and its periodic snapshots: what a new owner replays.
- * - `frl:{s<N>}:dead` — entries that can never be folded (bad MAC, version, field), with the reason.
- * - channel `frl:node:<nodeId>` — fast-path asks to an owner and owner messages (grants, recalls) to a node.
+ * The leasing protocol over Redis (key layout: `bus/keys.ts`).
  *
  * Nothing on the request path waits for Redis except a fast-path ask, bounded by its deadline.
  */
@@ -152,7 +143,7 @@ export class RedisBus implements Bus {
   private readonly clock: Clock;
   private readonly loop: LoopStalls;
   private readonly ownLoop: boolean;
-  private readonly prefix: string;
+  private readonly keys: KeySchema;
   private readonly cluster: boolean;
   private identity?: NodeIdentity;
   private deliver?: (m: OwnerMessage) => void;
@@ -207,7 +198,7 @@ export class RedisBus implements Bus {
     this.clock = opts.clock ?? systemClock;
     this.ownLoop = opts.loop === undefined;
     this.loop = opts.loop ?? LoopStalls.started(this.clock);
-    this.prefix = opts.prefix ?? 'frl';
+    this.keys = new KeySchema(opts.prefix ?? 'frl');
     this.cluster = opts.clusterNodes !== undefined;
     this.table = new Array<Ownership | undefined>(opts.shards);
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
@@ -235,7 +226,7 @@ export class RedisBus implements Bus {
           redis: this.redis,
           clock: this.clock,
           roundMs: opts.roundMs,
-          recordKey: (nodeId) => this.ctl(`peer:${nodeId}`),
+          recordKey: (nodeId) => this.keys.ctl(`peer:${nodeId}`),
           members: () => this.members,
           open: (fields) => this.tryOpen(fields),
           onFrame: (frame, reply) => this.onFrame(frame, reply),
@@ -258,7 +249,7 @@ export class RedisBus implements Bus {
     this.identity = node;
     this.deliver = onMessage;
     this.onOwnersChanged = onOwnersChanged;
-    void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
+    void this.sub.subscribe(this.keys.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
     this.direct?.listen(node);
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
@@ -320,7 +311,7 @@ export class RedisBus implements Bus {
   publishStatus(status: object): void {
     if (this.closed || this.identity === undefined) return;
     const value = JSON.stringify({ ...status, nodeEpoch: this.identity.nodeEpoch, ownedShards: this.ownedShards().length, at: Date.now() });
-    this.redis.hset(this.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
+    this.redis.hset(this.keys.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
   }
 
   /** Shards this node owns and serves now. */
@@ -363,27 +354,13 @@ export class RedisBus implements Bus {
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
-  // ---- keys -------------------------------------------------------------------------------------
-
-  private ctl(name: string): string {
-    return `${this.prefix}:{ctl}:${name}`;
-  }
-
-  private key(shard: number, name: 'reports' | 'log' | 'dead' | 'fence'): string {
-    return `${this.prefix}:{s${shard}}:${name}`;
-  }
-
-  private channel(nodeId: string): string {
-    return `${this.prefix}:node:${nodeId}`;
-  }
-
   private get consumer(): string {
-    return `${this.identity!.nodeId}:${this.identity!.nodeEpoch}`;
+    return consumerName(this.identity!.nodeId, this.identity!.nodeEpoch);
   }
 
   /** This process as the ownership table and the log's fence name it. */
   private get process(): string {
-    return `${this.identity!.nodeId}/${this.identity!.nodeEpoch}`;
+    return processName(this.identity!.nodeId, this.identity!.nodeEpoch);
   }
 
   // ---- membership and ownership ------------------------------------------------------------------
@@ -436,11 +413,11 @@ export class RedisBus implements Bus {
     const sent = this.clock.monotonic();
     const statement = this.beatField(leave);
     const res = (await (this.redis as unknown as ScriptCommands).frlRound(
-      this.ctl('members'),
-      this.ctl('epochs'),
-      this.ctl('owners'),
-      this.ctl('left'),
-      this.ctl('beats'),
+      this.keys.ctl('members'),
+      this.keys.ctl('epochs'),
+      this.keys.ctl('owners'),
+      this.keys.ctl('left'),
+      this.keys.ctl('beats'),
       this.identity!.nodeId,
       this.identity!.nodeEpoch,
       String(LEASE_ROUNDS * this.opts.roundMs),
@@ -522,24 +499,23 @@ export class RedisBus implements Bus {
     this.table.fill(undefined);
     for (let i = 0; i + 1 < flatOwners.length; i += 2) {
       const s = Number(flatOwners[i]);
-      const [token = '', epoch = '0', exp = '0'] = flatOwners[i + 1]!.split('|');
-      const [owner = '', ownerProcess = ''] = token.split('/');
+      const { node: owner, nodeEpoch: ownerProcess, epoch, expiresAt: exp } = parseOwnerEntry(flatOwners[i + 1]!);
       // An epoch far ahead of Redis time was never made by a claim (they are seeded from it and grow
       // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
-      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow || !(Number(epoch) <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
-      const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === Number(epoch);
-      this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow), ours };
-      this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
+      if (!(s >= 0 && s < this.opts.shards) || owner === '' || exp <= redisNow || !(epoch <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
+      const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === epoch;
+      this.table[s] = { owner, ownerProcess, epoch, expiresAt: got + (exp - redisNow), ours };
+      this.maxEpoch = Math.max(this.maxEpoch, epoch);
       if (!this.mine(s)) continue;
-      const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
+      const validUntil = sent + (exp - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
-      if (o !== undefined && o.epoch === Number(epoch)) {
+      if (o !== undefined && o.epoch === epoch) {
         // Ours all along (renewed under the same epoch, so nobody else claimed it): the ledgers are current.
         o.validUntil = validUntil;
       } else {
         // New to us — or the epoch moved under us (someone else may have served it, or Redis lost the
         // table, and maybe the log): rebuild. Replay merges into what the ledgers hold already.
-        const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
+        const taken: Owned = { epoch, state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
         void this.takeover(s, taken, blindSet.has(s));
       }
@@ -742,7 +718,7 @@ export class RedisBus implements Bus {
       // may be gone; the members' reports are the record, and only once all of them have come in.
       if (!raised.settled) blind = true;
       const log = raised.log;
-      const reports = (await this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+')) as StreamEntries;
+      const reports = (await this.redis.call('XRANGE', this.keys.shard(shard, 'reports'), '-', '+')) as StreamEntries;
       if (!current()) return;
       const entries: LogEntry[] = [];
       for (const [, flat] of [...log, ...reports]) {
@@ -754,7 +730,7 @@ export class RedisBus implements Bus {
       if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;
       let cursor = '0-0';
       do {
-        const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.key(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
+        const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.keys.shard(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
         if (!current()) return;
         await this.fold(shard, claimed, true, []);
         cursor = next;
@@ -772,7 +748,7 @@ export class RedisBus implements Bus {
 
   private async ensureGroup(shard: number): Promise<void> {
     try {
-      await this.redis.call('XGROUP', 'CREATE', this.key(shard, 'reports'), GROUP, '0', 'MKSTREAM');
+      await this.redis.call('XGROUP', 'CREATE', this.keys.shard(shard, 'reports'), GROUP, '0', 'MKSTREAM');
     } catch (err) {
       if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
     }
@@ -795,11 +771,11 @@ export class RedisBus implements Bus {
         const block = 2 * this.opts.roundMs;
         const results: Array<[string, StreamEntries]> = [];
         if (this.cluster) {
-          const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.key(s, 'reports'), '>')));
+          const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.keys.shard(s, 'reports'), '>')));
           for (const r of each as Array<Array<[string, StreamEntries]> | null>) results.push(...(r ?? []));
           if (results.length === 0) await sleep(this.opts.roundMs);
         } else {
-          const keys = shards.map((s) => this.key(s, 'reports'));
+          const keys = shards.map((s) => this.keys.shard(s, 'reports'));
           const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
           results.push(...(r ?? []));
         }
@@ -856,7 +832,7 @@ export class RedisBus implements Bus {
       }
       acks.push(id);
     }
-    return acks.length ? this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
+    return acks.length ? this.redis.call('XACK', this.keys.shard(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
   }
 
   private deadLetter(shard: number, id: string, fields: Record<string, string>, err: unknown, reason?: 'fold'): void {
@@ -865,7 +841,7 @@ export class RedisBus implements Bus {
     this.stats.deadLettered++;
     const flat = Object.entries(fields).flatMap(([k, v]) => [`entry.${k}`, v]);
     this.redis
-      .call('XADD', this.key(shard, 'dead'), 'MAXLEN', '~', '10000', '*', 'reason', why, 'error', String((err as Error)?.message ?? err), 'id', id, ...flat)
+      .call('XADD', this.keys.shard(shard, 'dead'), 'MAXLEN', '~', '10000', '*', 'reason', why, 'error', String((err as Error)?.message ?? err), 'id', id, ...flat)
       .catch((e: Error) => this.warn(e, 'dead-letter write failed'));
     this.warn(err, `bus entry rejected (${why})`, { shard, id });
   }
@@ -916,7 +892,7 @@ export class RedisBus implements Bus {
         const frame = EnvelopeCodec.toJson(this.codec.seal('messages', { re, nodeId, messages: out }));
         this.stats.messagesSent++;
         if (asker && answer.reply !== undefined) answer.reply(frame);
-        else conn.publish(this.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
+        else conn.publish(this.keys.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
       };
       const re = asker ? answer.re : 0;
       // A grant all of whose credit is on record already (an ask the float covered) need not wait.
@@ -1019,9 +995,9 @@ export class RedisBus implements Bus {
     if (o === undefined || !this.serving(shard)) return;
     const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard), epoch: o.epoch }));
     const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
-      this.key(shard, 'log'),
-      this.key(shard, 'reports'),
-      this.key(shard, 'fence'),
+      this.keys.shard(shard, 'log'),
+      this.keys.shard(shard, 'reports'),
+      this.keys.shard(shard, 'fence'),
       String(o.epoch),
       this.process,
       String(2 * this.opts.roundMs),
@@ -1044,7 +1020,7 @@ export class RedisBus implements Bus {
     const epoch = o.epoch;
     const { nodeId, nodeEpoch } = this.identity!;
     const raise = (e: number, holder: string, seal: string, found: string) =>
-      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
+      (this.redis as unknown as ScriptCommands).frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
     const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
     for (let found = '', tries = 0; tries < 3; tries++) {
       const reply = await raise(epoch, this.process, mine, found);
@@ -1054,7 +1030,7 @@ export class RedisBus implements Bus {
       }
       const [, standing, holder, seal] = reply;
       const sealed = this.openFence(shard, seal);
-      const sealedHolder = sealed === undefined ? '' : `${sealed.nodeId}/${sealed.nodeEpoch}`;
+      const sealedHolder = sealed === undefined ? '' : processName(sealed.nodeId, sealed.nodeEpoch);
       const tampered = sealed === undefined || String(sealed.epoch) !== standing || sealedHolder !== holder;
       if (tampered) {
         this.stats.rejected.malformed++;
@@ -1086,7 +1062,7 @@ export class RedisBus implements Bus {
   private readPast(shard: number, o: Owned): void {
     if (o.readTo === undefined) {
       o.readTo = '';
-      (this.redis.call('XREVRANGE', this.key(shard, 'reports'), '+', '-', 'COUNT', '1') as Promise<StreamEntries>)
+      (this.redis.call('XREVRANGE', this.keys.shard(shard, 'reports'), '+', '-', 'COUNT', '1') as Promise<StreamEntries>)
         .then((last) => {
           o.readTo = last[0]?.[0] ?? '0-0';
         })
@@ -1108,7 +1084,7 @@ export class RedisBus implements Bus {
     const { nodeId, nodeEpoch } = this.identity!;
     const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
     (this.redis as unknown as ScriptCommands)
-      .frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
+      .frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
       .then((reply) => {
         if (reply[0] === 1) o.seal = seal;
       })
@@ -1150,7 +1126,7 @@ export class RedisBus implements Bus {
    * was, so the checkpoint is tried again. A real successor's entry stays, and this owner stands down.
    */
   private async clearForgedFences(shard: number, mine: number): Promise<boolean> {
-    const entries = (await this.redis.call('XREVRANGE', this.key(shard, 'log'), '+', '-', 'COUNT', '256')) as StreamEntries;
+    const entries = (await this.redis.call('XREVRANGE', this.keys.shard(shard, 'log'), '+', '-', 'COUNT', '256')) as StreamEntries;
     const forged: string[] = [];
     for (const [id, flat] of entries) {
       const fields = EnvelopeCodec.fromStream(flat);
@@ -1171,7 +1147,7 @@ export class RedisBus implements Bus {
       forged.push(id);
     }
     if (forged.length === 0) return false;
-    await this.redis.call('XDEL', this.key(shard, 'log'), ...forged);
+    await this.redis.call('XDEL', this.keys.shard(shard, 'log'), ...forged);
     this.warn(new Error(`${forged.length} log entries with an epoch their envelope does not sign`), 'forged log entries deleted', { shard, ids: forged });
     return true;
   }
@@ -1185,7 +1161,7 @@ export class RedisBus implements Bus {
     for (const [s, o] of this.owned) {
       if (!this.serving(s) || o.claimRound === this.stats.rounds) continue;
       o.claimRound = this.stats.rounds;
-      (this.redis.call('XAUTOCLAIM', this.key(s, 'reports'), GROUP, this.consumer, String(2 * this.opts.roundMs), '0-0', 'COUNT', READ_COUNT) as Promise<[string, StreamEntries]>)
+      (this.redis.call('XAUTOCLAIM', this.keys.shard(s, 'reports'), GROUP, this.consumer, String(2 * this.opts.roundMs), '0-0', 'COUNT', READ_COUNT) as Promise<[string, StreamEntries]>)
         .then(async ([, claimed]) => {
           const out: OwnerMessage[] = [];
           const acked = this.fold(s, claimed, false, out);
@@ -1213,7 +1189,7 @@ export class RedisBus implements Bus {
    */
   private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: Client): Promise<boolean> {
     const o = this.owned.get(shard);
-    const id = (conn as unknown as ScriptCommands).frlAppendGrants(this.key(shard, 'log'), this.key(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
+    const id = (conn as unknown as ScriptCommands).frlAppendGrants(this.keys.shard(shard, 'log'), this.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
     return this.written(id).then((ok) => {
       if (!ok && o !== undefined && this.owned.get(shard) === o) void this.fenceStands(shard, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
       return ok;
@@ -1249,7 +1225,7 @@ export class RedisBus implements Bus {
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch)) !== undefined) {
+    if (this.append(this.keys.shard(batch.shard, 'reports'), this.codec.seal('reports', batch)) !== undefined) {
       this.stats.reportsSent++;
       return true;
     }
@@ -1301,7 +1277,7 @@ export class RedisBus implements Bus {
   private sendAsk(owner: string, ask: Bodies['ask']): boolean {
     const frame = EnvelopeCodec.toJson(this.codec.seal('ask', ask));
     if (this.direct?.send(owner, frame)) return true;
-    this.fast.publish(this.channel(owner), frame).catch(() => undefined);
+    this.fast.publish(this.keys.channel(owner), frame).catch(() => undefined);
     return false;
   }
 
