@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
@@ -12,6 +11,7 @@ import { LoopStalls } from './loop-stall.js';
 import { consumerName, GROUP, KeySchema, parseOwnerEntry, processName } from './keys.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
+import { defineControlScripts, defineGrantScript, flatFields, scripts, streamIdBelow, type RoundReply, type StreamEntries } from './scripts.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
 /** Settings the limiter adds from its own options. */
@@ -34,10 +34,6 @@ const BLIND_SETTLE_ROUNDS = 9;
 const WARM_UP_KEY = 'warm-up';
 const READ_COUNT = 500;
 
-const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
-const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
-const FENCE_SCRIPT = readFileSync(new URL('./lua/fence.lua', import.meta.url), 'utf8');
-const APPEND_GRANTS_SCRIPT = readFileSync(new URL('./lua/append-grants.lua', import.meta.url), 'utf8');
 /** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
 const CLAIM_EVERY_ROUNDS = 8;
 /** An owner epoch further ahead of Redis time (ms) than this was written in, never claimed (`lua/round.lua`). */
@@ -46,7 +42,6 @@ const EPOCH_AHEAD_MAX = 1e9;
 const MAX_STATEMENT = 65_536;
 
 type Client = RedisClient;
-type StreamEntries = Array<[string, string[]]>;
 
 /** The table entry of one shard, in this process's monotonic time. */
 interface Ownership {
@@ -203,13 +198,11 @@ export class RedisBus implements Bus {
     this.table = new Array<Ownership | undefined>(opts.shards);
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
-    this.redis.defineCommand('frlRound', { numberOfKeys: 5, lua: ROUND_SCRIPT });
-    this.redis.defineCommand('frlSnapshot', { numberOfKeys: 3, lua: SNAPSHOT_SCRIPT });
-    this.redis.defineCommand('frlFence', { numberOfKeys: 2, lua: FENCE_SCRIPT });
+    defineControlScripts(this.redis);
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
     this.fast = connect(opts, { commandTimeout: 2000 });
-    for (const c of [this.redis, this.fast]) c.defineCommand('frlAppendGrants', { numberOfKeys: 2, lua: APPEND_GRANTS_SCRIPT });
+    for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
     this.fastPath = new FastPath({
@@ -412,7 +405,7 @@ export class RedisBus implements Bus {
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
     const sent = this.clock.monotonic();
     const statement = this.beatField(leave);
-    const res = (await (this.redis as unknown as ScriptCommands).frlRound(
+    const res = (await scripts(this.redis).frlRound(
       this.keys.ctl('members'),
       this.keys.ctl('epochs'),
       this.keys.ctl('owners'),
@@ -994,7 +987,7 @@ export class RedisBus implements Bus {
     const o = this.owned.get(shard);
     if (o === undefined || !this.serving(shard)) return;
     const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard), epoch: o.epoch }));
-    const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
+    const id = await scripts(this.redis).frlSnapshot(
       this.keys.shard(shard, 'log'),
       this.keys.shard(shard, 'reports'),
       this.keys.shard(shard, 'fence'),
@@ -1020,7 +1013,7 @@ export class RedisBus implements Bus {
     const epoch = o.epoch;
     const { nodeId, nodeEpoch } = this.identity!;
     const raise = (e: number, holder: string, seal: string, found: string) =>
-      (this.redis as unknown as ScriptCommands).frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
+      scripts(this.redis).frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
     const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
     for (let found = '', tries = 0; tries < 3; tries++) {
       const reply = await raise(epoch, this.process, mine, found);
@@ -1083,7 +1076,7 @@ export class RedisBus implements Bus {
     o.state = 'ready';
     const { nodeId, nodeEpoch } = this.identity!;
     const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
-    (this.redis as unknown as ScriptCommands)
+    scripts(this.redis)
       .frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
       .then((reply) => {
         if (reply[0] === 1) o.seal = seal;
@@ -1189,7 +1182,7 @@ export class RedisBus implements Bus {
    */
   private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: Client): Promise<boolean> {
     const o = this.owned.get(shard);
-    const id = (conn as unknown as ScriptCommands).frlAppendGrants(this.keys.shard(shard, 'log'), this.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
+    const id = scripts(conn).frlAppendGrants(this.keys.shard(shard, 'log'), this.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
     return this.written(id).then((ok) => {
       if (!ok && o !== undefined && this.owned.get(shard) === o) void this.fenceStands(shard, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
       return ok;
@@ -1385,32 +1378,11 @@ export class RedisBus implements Bus {
   }
 }
 
-interface ScriptCommands {
-  frlRound(...args: string[]): Promise<unknown>;
-  frlSnapshot(...args: string[]): Promise<string | null>;
-  frlFence(...args: string[]): Promise<[1, string, StreamEntries] | [0, string, string, string]>;
-  frlAppendGrants(...args: string[]): Promise<string | null>;
-}
-
 /** A verified statement (`beatField`) as an owner keeps it, its Redis times mapped by `at`. */
 function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
   for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
   return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
-}
-
-/** What `lua/round.lua` returns. */
-type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[], held: string[]];
-
-/** Whether stream entry id `a` (`ms-seq`) comes before `b`. */
-function streamIdBelow(a: string, b: string): boolean {
-  const [am = 0, as = 0] = a.split('-').map(Number);
-  const [bm = 0, bs = 0] = b.split('-').map(Number);
-  return am < bm || (am === bm && as < bs);
-}
-
-function flatFields(f: EnvelopeFields): string[] {
-  return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];
 }
 
 /** What a log or report entry contributes to a replay. */
