@@ -1,14 +1,16 @@
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
-import { presentAt, REACH_ROUNDS, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
+import { REACH_ROUNDS, rejoining, SILENT_ROUNDS, withinReach, type NodeBeat } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
+import { BeatStatements } from './beats.js';
+import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
+import { FleetTable, LEASE_ROUNDS } from './fleet-table.js';
 import { LoopStalls } from './loop-stall.js';
-import { consumerName, GROUP, KeySchema, parseOwnerEntry, processName } from './keys.js';
+import { consumerName, GROUP, KeySchema, processName } from './keys.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
 import { defineControlScripts, defineGrantScript, flatFields, scripts, streamIdBelow, type RoundReply, type StreamEntries } from './scripts.js';
@@ -26,8 +28,6 @@ export interface RedisBusOptions extends RedisConnectionOptions {
   readonly loop?: LoopStalls;
 }
 
-/** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
-const LEASE_ROUNDS = 10;
 /** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
 const BLIND_SETTLE_ROUNDS = 9;
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
@@ -36,23 +36,8 @@ const READ_COUNT = 500;
 
 /** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
 const CLAIM_EVERY_ROUNDS = 8;
-/** An owner epoch further ahead of Redis time (ms) than this was written in, never claimed (`lua/round.lua`). */
-const EPOCH_AHEAD_MAX = 1e9;
-/** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
-const MAX_STATEMENT = 65_536;
 
 type Client = RedisClient;
-
-/** The table entry of one shard, in this process's monotonic time. */
-interface Ownership {
-  /** Node id and node epoch of the owning process. */
-  readonly owner: string;
-  readonly ownerProcess: string;
-  readonly epoch: number;
-  readonly expiresAt: number;
-  /** This very process, under an epoch its own round script claimed or renewed: never a written-in entry. */
-  readonly ours: boolean;
-}
 
 /** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
 interface Owned {
@@ -82,21 +67,6 @@ interface Owned {
    * (published before its check-in, on the same connection) is folded.
    */
   readTo?: string;
-}
-
-interface Member extends Presence {
-  epoch: string;
-  /**
-   * Whether its last heartbeat statement verified (sealed with the bus secret, naming it): only such
-   * members may own shards. One that does not still counts in the fleet's size and is held back as
-   * if it stated nothing fresh (`lib/membership.ts`): a Redis writer can add members, never settle one.
-   */
-  verified: boolean;
-  /**
-   * Node side: whether, by Redis's clock, it had checked in within REACH_ROUNDS when our last round
-   * reply was made. Judged apart from our own round's age, so neither eats the other's margin.
-   */
-  fresh: boolean;
 }
 
 /** Counters of the Redis bus (metrics, tests, the benchmark). */
@@ -143,16 +113,9 @@ export class RedisBus implements Bus {
   private identity?: NodeIdentity;
   private deliver?: (m: OwnerMessage) => void;
   private owner?: CreditOwner;
-  private readonly table: Array<Ownership | undefined>;
   private readonly owned = new Map<number, Owned>();
-  /** The last owner epoch seen per shard, kept while a shard has no owner. */
-  private readonly knownEpochs: Array<number | undefined> = [];
-  private readonly members = new Map<string, Member>();
-  private hadTable = false;
-  private lastRoundOk = Number.NEGATIVE_INFINITY;
-  /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
-  private graceUntil = 0;
-  private graceIds: string[] = [];
+  private readonly beats: BeatStatements;
+  private readonly fleet: FleetTable;
   private roundBusy = false;
   /** Shards given up by a round still waiting for their log writes. */
   private readonly releasing = new Set<number>();
@@ -161,22 +124,13 @@ export class RedisBus implements Bus {
   /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
   private readonly logWrites = new Map<number, Promise<unknown>>();
   private inflight = 0;
-  /** Highest owner epoch seen on any shard: a claim never goes below it, whatever Redis's clock says. */
-  private maxEpoch = 0;
   /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
   private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
-  /** This process's own node's self-grants as its owner side knows them at once: shard → batch round. */
-  private readonly ownSelfGrants = new Map<number, number>();
-  /** Redis time of the last round reply applied, and this process's monotonic time when it came back. */
-  private replyAt = 0;
-  private replyGot: number | undefined;
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly fastPath: FastPath;
   /** The fast path's direct channel; undefined when `fastPath: false`. */
   private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
-  /** Members whose statement is refused now (counted once as they turn so, not at every round). */
-  private readonly refused = new Set<string>();
   /**
    * Shards to give up in the next round, with the epoch the log's fence stood against, to claim anew
    * above it (not if the table has moved past that epoch meanwhile).
@@ -195,7 +149,6 @@ export class RedisBus implements Bus {
     this.loop = opts.loop ?? LoopStalls.started(this.clock);
     this.keys = new KeySchema(opts.prefix ?? 'frl');
     this.cluster = opts.clusterNodes !== undefined;
-    this.table = new Array<Ownership | undefined>(opts.shards);
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
     defineControlScripts(this.redis);
@@ -205,6 +158,8 @@ export class RedisBus implements Bus {
     for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
+    this.beats = new BeatStatements(this.codec, this.stats, (err, msg) => this.warn(err, msg));
+    this.fleet = new FleetTable(opts, this.clock, this.beats, () => this.identity);
     this.fastPath = new FastPath({
       stats: this.stats,
       send: (owner, ask) => this.sendAsk(owner, ask),
@@ -220,7 +175,7 @@ export class RedisBus implements Bus {
           clock: this.clock,
           roundMs: opts.roundMs,
           recordKey: (nodeId) => this.keys.ctl(`peer:${nodeId}`),
-          members: () => this.members,
+          members: () => this.fleet.members,
           open: (fields) => this.tryOpen(fields),
           onFrame: (frame, reply) => this.onFrame(frame, reply),
           warn: (err, msg) => this.warn(err, msg),
@@ -251,10 +206,10 @@ export class RedisBus implements Bus {
         this.nodeBeat = beat;
         this.round();
       },
-      selfGranted: (shard, round) => this.ownSelfGrants.set(shard, round),
+      selfGranted: (shard, round) => this.fleet.ownSelfGrants.set(shard, round),
       reachable: (shard) => this.reachable(shard),
-      local: (shard) => this.mine(shard) && this.serving(shard),
-      fleetSize: () => (this.hadTable ? Math.max(1, this.members.size) : Number.MAX_SAFE_INTEGER),
+      local: (shard) => this.fleet.mine(shard) && this.serving(shard),
+      fleetSize: () => (this.fleet.hadTable ? this.fleet.size() : Number.MAX_SAFE_INTEGER),
     };
   }
 
@@ -266,18 +221,18 @@ export class RedisBus implements Bus {
   fleetView(): FleetView {
     const roundMs = this.opts.roundMs;
     return {
-      size: () => Math.max(1, this.members.size),
-      unsettled: (shard, folded) => this.unsettled(shard, folded),
-      rejoining: (nodeId) => rejoining(this.members.get(nodeId), this.clock.monotonic(), roundMs),
+      size: () => this.fleet.size(),
+      unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
+      rejoining: (nodeId) => rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
 
   ownerEpoch(shard: number): number {
-    return this.owned.get(shard)?.epoch ?? this.table[shard]?.epoch ?? 1;
+    return this.owned.get(shard)?.epoch ?? this.fleet.table[shard]?.epoch ?? 1;
   }
 
   fleetSize(): number {
-    return Math.max(1, this.members.size);
+    return this.fleet.size();
   }
 
   ready(): Promise<void> {
@@ -314,7 +269,7 @@ export class RedisBus implements Bus {
 
   /** The ownership table as last read: owner and fencing epoch per shard. */
   owners(): Array<{ shard: number; owner: string; epoch: number } | undefined> {
-    return this.table.map((o, shard) => (o === undefined ? undefined : { shard, owner: o.owner, epoch: o.epoch }));
+    return this.fleet.table.map((o, shard) => (o === undefined ? undefined : { shard, owner: o.owner, epoch: o.epoch }));
   }
 
   /**
@@ -364,7 +319,7 @@ export class RedisBus implements Bus {
     this.roundBusy = true;
     const me = this.identity.nodeId;
     const mono = this.clock.monotonic();
-    const ids = this.candidates(mono);
+    const ids = this.fleet.candidates(mono);
     const wanted: number[] = [];
     const released: number[] = [];
     for (let s = 0; s < this.opts.shards; s++) {
@@ -381,7 +336,7 @@ export class RedisBus implements Bus {
       this.releasing.add(s);
     }
     const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
-    const stale = [...this.relinquish].filter(([s, e]) => !((this.table[s]?.epoch ?? 0) > e)).map(([s]) => s);
+    const stale = [...this.relinquish].filter(([s, e]) => !((this.fleet.table[s]?.epoch ?? 0) > e)).map(([s]) => s);
     const givenUp = [...new Set([...released, ...stale])];
     this.relinquish.clear();
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
@@ -404,7 +359,7 @@ export class RedisBus implements Bus {
 
   private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
     const sent = this.clock.monotonic();
-    const statement = this.beatField(leave);
+    const statement = this.beats.seal(this.nodeBeat, this.identity!, leave);
     const res = (await scripts(this.redis).frlRound(
       this.keys.ctl('members'),
       this.keys.ctl('epochs'),
@@ -418,88 +373,19 @@ export class RedisBus implements Bus {
       wanted.join(','),
       released.join(','),
       leave ? '1' : '0',
-      String(this.maxEpoch),
+      String(this.fleet.highestEpoch),
       statement,
     )) as RoundReply;
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
 
   /** Takes in the fleet and the ownership table; starts takeovers of shards newly ours. */
-  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind, flatLeft, flatHeld]: RoundReply): void {
+  private applyRound(sent: number, reply: RoundReply): void {
     const got = this.clock.monotonic();
-    const redisNow = Number(nowStr);
     const roundMs = this.opts.roundMs;
-    if (got - this.lastRoundOk > LEASE_ROUNDS * roundMs && this.hadTable) {
-      // We were cut off: members heard before still count until they have had time to check in.
-      this.graceUntil = got + LEASE_ROUNDS * roundMs;
-      this.graceIds = [...this.members].filter(([, m]) => m.verified).map(([id]) => id);
-    }
-    this.lastRoundOk = got;
     this.stats.rounds++;
-    const seen = new Set<string>();
-    // Redis times as this process's monotonic time: as if Redis had run the script when it was sent,
-    // which is never later than it did — a member never looks fresher than it was, however late this
-    // reply is taken in (a pause right after it came back).
-    const local = (t: number): number => sent - (redisNow - t);
-    for (let i = 0; i + 3 < flatMembers.length; i += 4) {
-      const id = flatMembers[i]!;
-      const checkedIn = Number(flatMembers[i + 1]);
-      const lastSeen = local(checkedIn);
-      const stated = this.openBeat(id, flatMembers[i + 3]!);
-      // The epoch its own sealed statement names; the epochs hash, which anyone can write, only for
-      // a member that states nothing verifiable (it owns nothing and settles nothing anyway).
-      const epoch = stated?.nodeEpoch ?? flatMembers[i + 2]!;
-      const verified = stated !== undefined && stated.left !== true;
-      const fresh = withinReach(checkedIn, redisNow, roundMs);
-      seen.add(id);
-      let m = this.members.get(id);
-      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh, verified }));
-      else {
-        m.fresh = fresh;
-        // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
-        // process under the same name has none: it starts at zero (L6).
-        heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
-        m.epoch = epoch;
-        m.verified = verified;
-      }
-      if (verified) m.beat = heartbeat(stated.statement, local);
-      else delete m.beat;
-    }
-    // A member missing from the list is kept until it could no longer be granting itself credit
-    // (F5): Redis may simply have lost the list (restarted empty). Only a clean leave drops it at once.
-    // A clean leave counts only with the member's own sealed leave statement, of the process we knew.
-    const left = new Map<string, number>();
-    for (let i = 0; i + 2 < flatLeft.length; i += 3) {
-      const id = flatLeft[i]!;
-      const m = this.members.get(id);
-      if (m === undefined || seen.has(id)) continue;
-      const farewell = this.openBeat(id, flatLeft[i + 2]!);
-      if (farewell?.left === true && farewell.nodeEpoch === m.epoch) left.set(id, local(Number(flatLeft[i + 1])));
-    }
-    for (const [id, m] of this.members) {
-      if (!seen.has(id)) m.fresh = false;
-      const leftAt = left.get(id);
-      if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) {
-        this.members.delete(id);
-        this.refused.delete(id);
-      }
-    }
-    const held = new Map<number, number>();
-    for (let i = 0; i + 1 < flatHeld.length; i += 2) held.set(Number(flatHeld[i]), Number(flatHeld[i + 1]));
-
-    const blindSet = new Set(blind.map(Number));
-    const seenEpoch = this.maxEpoch;
-    this.table.fill(undefined);
-    for (let i = 0; i + 1 < flatOwners.length; i += 2) {
-      const s = Number(flatOwners[i]);
-      const { node: owner, nodeEpoch: ownerProcess, epoch, expiresAt: exp } = parseOwnerEntry(flatOwners[i + 1]!);
-      // An epoch far ahead of Redis time was never made by a claim (they are seeded from it and grow
-      // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
-      if (!(s >= 0 && s < this.opts.shards) || owner === '' || exp <= redisNow || !(epoch <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
-      const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === epoch;
-      this.table[s] = { owner, ownerProcess, epoch, expiresAt: got + (exp - redisNow), ours };
-      this.maxEpoch = Math.max(this.maxEpoch, epoch);
-      if (!this.mine(s)) continue;
+    const { redisNow, ours, blind } = this.fleet.take(sent, got, reply);
+    for (const { shard: s, epoch, expiresAt: exp } of ours) {
       const validUntil = sent + (exp - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
       if (o !== undefined && o.epoch === epoch) {
@@ -510,156 +396,27 @@ export class RedisBus implements Bus {
         // table, and maybe the log): rebuild. Replay merges into what the ledgers hold already.
         const taken: Owned = { epoch, state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
-        void this.takeover(s, taken, blindSet.has(s));
+        void this.takeover(s, taken, blind.has(s));
       }
     }
     // Owners changed (against the last epoch known, even if the shard had no owner in between): the
     // node reports every bucket of those shards again, so a new owner with no log learns what is held.
-    const changed = new Set<number>();
-    this.table.forEach((o, s) => {
-      if (o === undefined) return;
-      if (this.knownEpochs[s] !== undefined && o.epoch !== this.knownEpochs[s]) changed.add(s);
-      this.knownEpochs[s] = o.epoch;
-    });
+    const changed = this.fleet.ownersChanged();
     if (changed.size > 0) this.onOwnersChanged?.(changed);
-    this.replyAt = redisNow;
-    this.replyGot = got;
+    this.beats.replied(redisNow, got);
     for (const [s, o] of this.owned) {
-      if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o)) this.readPast(s, o);
+      if (!this.fleet.mine(s)) this.owned.delete(s);
+      else if (o.state === 'settling' && got >= o.settleUntil && this.fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) this.readPast(s, o);
     }
-    this.hadTable = true;
+    this.fleet.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
     // handover is about to leave a shard without an owner for a round. (Or after 40 rounds anyway.)
-    const ids = this.candidates(got);
-    if (this.readyResolve !== undefined && this.table.every((o, s) => this.reachable(s) && (this.stats.rounds > 40 || o!.owner === rendezvousOwner(s, ids)))) {
+    const ids = this.fleet.candidates(got);
+    if (this.readyResolve !== undefined && this.fleet.table.every((o, s) => this.reachable(s) && (this.stats.rounds > 40 || o!.owner === rendezvousOwner(s, ids)))) {
       const resolve = this.readyResolve;
       this.readyResolve = undefined;
       void this.warmUp().finally(resolve);
     }
-  }
-
-  /**
-   * Members whose boundary self-grant the owner may not have seen (`lib/membership.ts`), as of now, so a
-   * freeze of Redis counts.
-   */
-  private unsettled(shard: number, folded: (nodeEpoch: string, shard: number) => number): string[] {
-    const mono = this.clock.monotonic();
-    const roundMs = this.opts.roundMs;
-    const out: string[] = [];
-    for (const [id, m] of this.members) {
-      if (id !== this.identity?.nodeId && unsettled(m, shard, folded(m.epoch, shard), mono, roundMs)) out.push(id);
-    }
-    // This process's own node too: out of touch with Redis, its owner side stops serving and its node
-    // may grant itself credit in these very shards; the owner side knows of it the moment it does,
-    // and holds it back until that node's batch carrying it is folded (in process, at its next round).
-    const me = this.identity;
-    const own = this.ownSelfGrants.get(shard);
-    if (me !== undefined && own !== undefined) {
-      if (folded(me.nodeEpoch, shard) < own) out.push(me.nodeId);
-      else this.ownSelfGrants.delete(shard);
-    }
-    return out;
-  }
-
-  /**
-   * This node's heartbeat statement as the round script stores it: a sealed `beat` envelope (its last,
-   * with `left`, as it leaves). Its contact times (`NodeBeat.contact`, this process's monotonic time)
-   * in Redis ms, mapped through the last reply as if Redis had run it when the reply came back — which
-   * is never earlier than it did, so a stated time is never later than the contact was. Before any
-   * reply, nothing is known: everything is stated as heard at 0. Sealed, so that nobody without the
-   * bus secret can state a member's contact fresh, its self-grant folded, or its leave.
-   */
-  private beatField(leave: boolean): string {
-    const b = this.nodeBeat;
-    const { replyGot } = this;
-    const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
-    const groups = new Map<number, number[]>();
-    for (const [s, t] of c.stale) {
-      const at = Math.max(0, t);
-      const g = groups.get(at);
-      if (g === undefined) groups.set(at, [s]);
-      else g.push(s);
-    }
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
-    const { nodeId, nodeEpoch } = this.identity!;
-    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(leave ? { left: true } : {}) }));
-  }
-
-  /**
-   * A member's stored statement, if it verifies and names that member; otherwise undefined, counted by
-   * reason when the member's statements turn unverifiable (every round reads them again). An empty one
-   * (a release that signs none, or a field someone deleted) says nothing either.
-   */
-  private openBeat(nodeId: string, field: string): Bodies['beat'] | undefined {
-    if (field === '') return undefined;
-    let reason: RejectReason;
-    try {
-      if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
-      const env = this.codec.open(EnvelopeCodec.fromJson(field));
-      if (env.t === 'beat' && env.body.nodeId === nodeId) {
-        this.refused.delete(nodeId);
-        return env.body;
-      }
-      reason = 'malformed';
-    } catch (err) {
-      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
-    }
-    if (!this.refused.has(nodeId)) {
-      this.refused.add(nodeId);
-      this.stats.rejected[reason]++;
-      this.warn(new Error(`${reason}: statement of member ${nodeId}`), 'heartbeat statement refused; the member owns nothing and is held back');
-    }
-    return undefined;
-  }
-
-  /** How long a silent member is remembered: while it may still be granting itself credit (F4, F5). */
-  private memberExpiryMs(): number {
-    return this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs;
-  }
-
-  /**
-   * After a blind takeover: whether every member has run two rounds since (the first tells it of the
-   * new owner, the second's batch reports its buckets again) and a round has passed for that batch
-   * to be read. With the log lost, a member's reports are the only record of the
-   * credit it holds, which can be any part of a window (a lease, not only a self-grant): a silent one
-   * holds the shard back until it reports or is forgotten (`memberExpiryMs`, when it could only be
-   * degraded), however long that takes.
-   */
-  private everyoneReportedSince(o: Owned): boolean {
-    const roundMs = this.opts.roundMs;
-    const checkedIn = (o.checkedIn ??= new Map());
-    let all = true;
-    for (const [id, m] of this.members) {
-      if (m.lastSeen < o.takenAt + 2 * roundMs) {
-        all = false;
-        continue;
-      }
-      // Its first check-in since is where it learns the shard changed hands; the batch of its next
-      // round reports every bucket it holds there, and is read a round later.
-      const first = checkedIn.get(id) ?? (checkedIn.set(id, m.lastSeen), m.lastSeen);
-      if (m.lastSeen < first + 2 * roundMs) all = false;
-    }
-    return all;
-  }
-
-  /**
-   * Members that may own shards: those whose statement verified, heard within a lease, plus (after an
-   * outage of ours) those heard before it.
-   */
-  private candidates(mono: number): Set<string> {
-    const ids = new Set([this.identity!.nodeId, ...(mono < this.graceUntil ? this.graceIds : [])]);
-    for (const [id, m] of this.members) if (m.verified && mono - m.lastSeen < LEASE_ROUNDS * this.opts.roundMs) ids.add(id);
-    return ids;
-  }
-
-  /**
-   * Whether the table names this very process (node id and epoch) as the shard's owner, under the
-   * epoch its own last round claimed or renewed: an entry someone wrote into the table naming it is
-   * not its claim, and could stand beside the lease of an owner still serving.
-   */
-  private mine(shard: number): boolean {
-    return this.table[shard]?.ours === true;
   }
 
   /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
@@ -669,7 +426,7 @@ export class RedisBus implements Bus {
     // Out of touch with Redis, an owner stops too: it could not log what it grants, and its peers
     // already count it as out of reach. On the full time, stalls included: back from one, it must
     // learn of members that joined meanwhile (and may self-grant) before it issues again.
-    return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.lastRoundOk, mono, this.opts.roundMs);
+    return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.fleet.lastRoundOk, mono, this.opts.roundMs);
   }
 
   /**
@@ -678,18 +435,18 @@ export class RedisBus implements Bus {
    * Never for what an owner may issue (`serving`).
    */
   private inTouch(): boolean {
-    return this.loop.awakeSince(this.lastRoundOk) < REACH_ROUNDS * this.opts.roundMs;
+    return this.loop.awakeSince(this.fleet.lastRoundOk) < REACH_ROUNDS * this.opts.roundMs;
   }
 
   private reachable(shard: number): boolean {
-    const o = this.table[shard];
+    const o = this.fleet.table[shard];
     if (o === undefined) return false;
     const mono = this.clock.monotonic();
-    if (this.mine(shard)) return this.serving(shard);
+    if (this.fleet.mine(shard)) return this.serving(shard);
     // The owner's process must still be the one heard from: a restarted node does not answer for
     // shards its previous process held. Our own round's age counts only the time this loop was
     // running (a stall of ours is not the owner's silence); the owner's, by Redis's clock.
-    const m = this.members.get(o.owner);
+    const m = this.fleet.members.get(o.owner);
     return m !== undefined && m.fresh && m.epoch === o.ownerProcess && mono < o.expiresAt && this.inTouch();
   }
 
@@ -1092,7 +849,7 @@ export class RedisBus implements Bus {
    */
   private standDown(shard: number, standing: number, o: Owned): void {
     if (this.owned.get(shard) !== o) return;
-    this.maxEpoch = Math.max(this.maxEpoch, standing);
+    this.fleet.learnEpoch(standing);
     this.relinquish.set(shard, o.epoch);
     this.owned.delete(shard);
     this.warn(new Error(`shard ${shard}: the log is fenced under owner epoch ${standing}`), 'stopped serving a shard whose log a later owner fenced');
@@ -1250,7 +1007,7 @@ export class RedisBus implements Bus {
         this.route(this.owner!.takeOutbox());
         continue;
       }
-      const owner = this.table[shard]?.owner;
+      const owner = this.fleet.table[shard]?.owner;
       if (owner === undefined || !this.reachable(shard)) {
         missed = true;
         continue;
@@ -1283,13 +1040,13 @@ export class RedisBus implements Bus {
     let w = 0;
     for (let i = 0; i < 20 && !this.closed; i++) {
       const owners = new Map<string, CreditRequest[]>();
-      const remote = new Set(this.table.filter((o, s) => o !== undefined && !this.mine(s)).map((o) => o!.owner));
+      const remote = new Set(this.fleet.table.filter((o, s) => o !== undefined && !this.fleet.mine(s)).map((o) => o!.owner));
       // Each probe asks for one credit of a new window of January 1970: it takes the whole path of a
       // first sight (new ledger, grant, apply), and its grant finds no bucket.
       for (let tries = 0; owners.size < remote.size && tries < 100 * this.opts.shards; tries++, w++) {
         const shard = shardOf(WARM_UP_KEY, w, this.opts.shards);
-        const o = this.table[shard];
-        if (o === undefined || this.mine(shard) || owners.has(o.owner)) continue;
+        const o = this.fleet.table[shard];
+        if (o === undefined || this.fleet.mine(shard) || owners.has(o.owner)) continue;
         owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
       }
       if (owners.size === 0) return;
@@ -1363,7 +1120,7 @@ export class RedisBus implements Bus {
   /** Drops messages from an owner older than the one the table names for their shard (a deposed owner). */
   private current(messages: readonly OwnerMessage[]): OwnerMessage[] {
     return messages.filter((m) => {
-      const ok = m.ownerEpoch >= (this.table[shardOf(m.keyId, m.windowId, this.opts.shards)]?.epoch ?? 0);
+      const ok = m.ownerEpoch >= (this.fleet.table[shardOf(m.keyId, m.windowId, this.opts.shards)]?.epoch ?? 0);
       if (!ok) this.stats.staleMessages++;
       return ok;
     });
@@ -1376,13 +1133,6 @@ export class RedisBus implements Bus {
     this.warned.set(msg, now);
     this.opts.logger?.warn({ err, ...extra }, msg);
   }
-}
-
-/** A verified statement (`beatField`) as an owner keeps it, its Redis times mapped by `at`. */
-function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
-  const stale = new Map<number, number>();
-  for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
 }
 
 /** What a log or report entry contributes to a replay. */
