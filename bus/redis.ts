@@ -9,11 +9,14 @@ import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type Envelope
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { FleetTable, LEASE_ROUNDS } from './fleet-table.js';
+import { LogFence } from './log-fence.js';
 import { LoopStalls } from './loop-stall.js';
-import { consumerName, GROUP, KeySchema, processName } from './keys.js';
+import { consumerName, GROUP, KeySchema } from './keys.js';
+import type { Owned, OwnerContext } from './owner-context.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
-import { defineControlScripts, defineGrantScript, flatFields, scripts, streamIdBelow, type RoundReply, type StreamEntries } from './scripts.js';
+import { defineControlScripts, defineGrantScript, scripts, streamIdBelow, type RoundReply, type StreamEntries } from './scripts.js';
+import { ShardLog } from './shard-log.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
 /** Settings the limiter adds from its own options. */
@@ -38,36 +41,6 @@ const READ_COUNT = 500;
 const CLAIM_EVERY_ROUNDS = 8;
 
 type Client = RedisClient;
-
-/** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
-interface Owned {
-  epoch: number;
-  state: 'taking' | 'settling' | 'ready';
-  /** When it became ours (monotonic). */
-  takenAt: number;
-  /** Round of the last sweep for stranded entries. */
-  claimRound: number;
-  /** Monotonic time until which the lease is certainly ours (renewal sent + lease − one round). */
-  validUntil: number;
-  settleUntil: number;
-  /** Anything folded or granted since the last snapshot. */
-  dirty: boolean;
-  snapshotAt: number;
-  /** Id of the last entry read from the shard's report stream. */
-  lastRead: string;
-  /** Given up by this round, which runs once the shard's log writes are done. */
-  leaving?: boolean;
-  /** The seal of the log fence this owner raised (`raiseFence`), re-sealed `settled` once ready. */
-  seal?: string;
-  /** After a blind takeover: each member's first check-in since, in this process's time. */
-  checkedIn?: Map<string, number>;
-  /**
-   * After a blind takeover, once every member has checked in enough: the report stream's last entry
-   * then ('' while asking). Ready once the read loop has read past it, so every member's resync batch
-   * (published before its check-in, on the same connection) is folded.
-   */
-  readTo?: string;
-}
 
 /** Counters of the Redis bus (metrics, tests, the benchmark). */
 export interface RedisBusStats extends FastPathStats {
@@ -116,14 +89,13 @@ export class RedisBus implements Bus {
   private readonly owned = new Map<number, Owned>();
   private readonly beats: BeatStatements;
   private readonly fleet: FleetTable;
+  private readonly fence: LogFence;
+  private readonly log: ShardLog;
   private roundBusy = false;
   /** Shards given up by a round still waiting for their log writes. */
   private readonly releasing = new Set<number>();
   /** Messages to a node waiting for an earlier one (or its grants' log write), as one promise per node. */
   private readonly sends = new Map<string, Promise<void>>();
-  /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
-  private readonly logWrites = new Map<number, Promise<unknown>>();
-  private inflight = 0;
   /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
   private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
@@ -131,11 +103,6 @@ export class RedisBus implements Bus {
   /** The fast path's direct channel; undefined when `fastPath: false`. */
   private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
-  /**
-   * Shards to give up in the next round, with the epoch the log's fence stood against, to claim anew
-   * above it (not if the table has moved past that epoch meanwhile).
-   */
-  private readonly relinquish = new Map<number, number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -158,8 +125,25 @@ export class RedisBus implements Bus {
     for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
+    const ctx: OwnerContext = {
+      opts,
+      clock: this.clock,
+      codec: this.codec,
+      keys: this.keys,
+      redis: this.redis,
+      stats: this.stats,
+      owned: this.owned,
+      identity: () => this.identity,
+      owner: () => this.owner,
+      closed: () => this.closed,
+      serving: (shard) => this.serving(shard),
+      open: (fields) => this.tryOpen(fields),
+      warn: (err, msg, extra) => this.warn(err, msg, extra),
+    };
     this.beats = new BeatStatements(this.codec, this.stats, (err, msg) => this.warn(err, msg));
     this.fleet = new FleetTable(opts, this.clock, this.beats, () => this.identity);
+    this.fence = new LogFence(ctx, (epoch) => this.fleet.learnEpoch(epoch));
+    this.log = new ShardLog(ctx, this.fence);
     this.fastPath = new FastPath({
       stats: this.stats,
       send: (owner, ask) => this.sendAsk(owner, ask),
@@ -288,8 +272,8 @@ export class RedisBus implements Bus {
     const leave = [...owned, ...this.releasing];
     try {
       await closing;
-      await Promise.all(owned.map((s) => this.writeSnapshot(s)));
-      await Promise.allSettled(leave.flatMap((s) => this.logWrites.get(s) ?? []));
+      await Promise.all(owned.map((s) => this.log.writeSnapshot(s)));
+      await Promise.allSettled(leave.flatMap((s) => this.log.pendingWrites(s)));
       await this.runRound([], leave, true);
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
@@ -304,11 +288,6 @@ export class RedisBus implements Bus {
 
   private get consumer(): string {
     return consumerName(this.identity!.nodeId, this.identity!.nodeEpoch);
-  }
-
-  /** This process as the ownership table and the log's fence name it. */
-  private get process(): string {
-    return processName(this.identity!.nodeId, this.identity!.nodeEpoch);
   }
 
   // ---- membership and ownership ------------------------------------------------------------------
@@ -335,10 +314,9 @@ export class RedisBus implements Bus {
       this.owned.delete(s);
       this.releasing.add(s);
     }
-    const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
-    const stale = [...this.relinquish].filter(([s, e]) => !((this.fleet.table[s]?.epoch ?? 0) > e)).map(([s]) => s);
+    const logged = released.flatMap((s) => this.log.pendingWrites(s));
+    const stale = this.fence.takeRelinquished((s) => this.fleet.table[s]?.epoch ?? 0);
     const givenUp = [...new Set([...released, ...stale])];
-    this.relinquish.clear();
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
       .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, false)))
@@ -350,7 +328,7 @@ export class RedisBus implements Bus {
         this.roundBusy = false;
         for (const s of released) this.releasing.delete(s);
       });
-    this.snapshots(mono);
+    this.log.snapshots(mono);
     this.refillFloats();
     this.claimStranded();
     this.fastPath.sweep();
@@ -461,9 +439,9 @@ export class RedisBus implements Bus {
       this.stats.takeovers++;
       await this.ensureGroup(shard);
       // Fenced and read in one step: every grant an earlier owner can still have issued is in this log.
-      const raised = await this.raiseFence(shard, st, true);
+      const raised = await this.fence.raise(shard, st, true);
       if (!current()) return;
-      if (typeof raised === 'number') return this.standDown(shard, raised, st);
+      if (typeof raised === 'number') return this.fence.standDown(shard, raised, st);
       // No settled fence before ours: Redis lost this shard's data (or it never had an owner). The log
       // may be gone; the members' reports are the record, and only once all of them have come in.
       if (!raised.settled) blind = true;
@@ -489,7 +467,7 @@ export class RedisBus implements Bus {
       if (blind) {
         st.checkedIn = new Map();
         st.state = 'settling';
-      } else this.settled(shard, st);
+      } else this.fence.settled(shard, st);
     } catch (err) {
       this.warn(err, 'takeover failed; retried next round');
       if (current()) this.owned.delete(shard);
@@ -605,7 +583,7 @@ export class RedisBus implements Bus {
     }
   }
 
-  // ---- owner messages, the grant log and snapshots ----------------------------------------------
+  // ---- owner messages ---------------------------------------------------------------------------
 
   /**
    * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
@@ -629,7 +607,7 @@ export class RedisBus implements Bus {
     const conn = answer === undefined ? this.redis : this.fast;
     // Written once the asker's answer has gone if it need not wait for it (the float covered it).
     let logged: Promise<boolean> | undefined;
-    const log = (): Promise<boolean> => (logged ??= this.logGrants(messages, conn));
+    const log = (): Promise<boolean> => (logged ??= this.log.logGrants(messages, conn));
     for (const [nodeId, list] of byNode) {
       const asker = nodeId === answer?.to;
       // This process's own node too gets grants only once they are on record, in order.
@@ -674,135 +652,16 @@ export class RedisBus implements Bus {
   }
 
   /**
-   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write was
-   * taken — not refused by the log's fence — whenever its reply comes. Only such grants may go out;
-   * the owner learns of each that its grants are on record (`logged`).
-   */
-  private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
-    const grants = new Map<number, Grant[]>();
-    for (const m of messages) {
-      if (m.type !== 'grant') continue;
-      const s = shardOf(m.keyId, m.windowId, this.opts.shards);
-      const g = grants.get(s);
-      if (g === undefined) grants.set(s, [m]);
-      else g.push(m);
-    }
-    const writes: Array<Promise<boolean>> = [];
-    for (const [shard, list] of grants) {
-      const o = this.owned.get(shard);
-      if (o !== undefined) o.dirty = true;
-      const write = this.appendGrants(shard, this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), list[0]!.ownerEpoch, conn);
-      // On record means replayed by any later owner: it raises the log's fence before it reads the log,
-      // so a write that reached Redis after that was refused. No lease time to check.
-      writes.push(
-        write.then((written) => {
-          if (written) this.owner?.logged?.(list);
-          return written;
-        }),
-      );
-      // Writes go on two connections, so a later one may finish first: wait for all of them.
-      const prev = this.logWrites.get(shard);
-      const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
-      this.logWrites.set(shard, pending);
-      void pending.finally(() => {
-        if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
-      });
-    }
-    return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
-  }
-
-  /**
    * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them; a float is usable once its
    * write was taken. Floats are only logged, never sent: they are this owner's own credit.
    */
   private refillFloats(): void {
     const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
     if (floats.length === 0) return;
-    void this.logGrants(floats).then((ok) => {
+    void this.log.logGrants(floats).then((ok) => {
       // A float on record may refill a window announced exhausted: tell its leases now.
       if (ok && !this.closed) this.route(this.owner!.takeOutbox());
     });
-  }
-
-  /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */
-  private snapshots(mono: number): void {
-    const every = this.opts.snapshotMs ?? 1000;
-    for (const [s, o] of this.owned) {
-      if (this.serving(s) && o.dirty && mono - o.snapshotAt >= every) {
-        o.snapshotAt = mono;
-        o.dirty = false;
-        this.writeSnapshot(s).catch((err: unknown) => this.warn(err, 'snapshot failed'));
-      }
-    }
-  }
-
-  /**
-   * Checkpoints a shard and trims the log and reports behind it, less two rounds (B4), in one fenced
-   * script (`lua/snapshot.lua`): a deposed owner finds its successor's higher epoch and does nothing.
-   */
-  private async writeSnapshot(shard: number): Promise<void> {
-    const o = this.owned.get(shard);
-    if (o === undefined || !this.serving(shard)) return;
-    const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard), epoch: o.epoch }));
-    const id = await scripts(this.redis).frlSnapshot(
-      this.keys.shard(shard, 'log'),
-      this.keys.shard(shard, 'reports'),
-      this.keys.shard(shard, 'fence'),
-      String(o.epoch),
-      this.process,
-      String(2 * this.opts.roundMs),
-      o.lastRead.split('-')[0]!,
-      ...fields,
-    );
-    if (id) this.stats.snapshots++;
-    else if ((await this.clearForgedFences(shard, o.epoch)) || (await this.fenceStands(shard, o))) o.dirty = true;
-  }
-
-  /**
-   * Raises the fence of a shard's log (`lua/fence.lua`) under `o`'s epoch, reading the log in the same
-   * step when `read`. Returns the log and whether the fence it replaced was a settled one sealed with
-   * the bus secret, or else the epoch of the genuine fence that stands. What stands is judged by its
-   * seal: a fence whose seal does not verify was written without the bus secret, and one whose plain
-   * fields differ from its seal was tampered with; either is counted. One whose seal does not stand
-   * against us is replaced by ours; one whose seal does is put back as sealed, and stands.
-   */
-  private async raiseFence(shard: number, o: Owned, read: boolean): Promise<{ log: StreamEntries; settled: boolean } | number> {
-    const epoch = o.epoch;
-    const { nodeId, nodeEpoch } = this.identity!;
-    const raise = (e: number, holder: string, seal: string, found: string) =>
-      scripts(this.redis).frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
-    const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
-    for (let found = '', tries = 0; tries < 3; tries++) {
-      const reply = await raise(epoch, this.process, mine, found);
-      if (reply[0] === 1) {
-        o.seal = mine;
-        return { log: reply[2], settled: this.openFence(shard, reply[1])?.settled === true };
-      }
-      const [, standing, holder, seal] = reply;
-      const sealed = this.openFence(shard, seal);
-      const sealedHolder = sealed === undefined ? '' : processName(sealed.nodeId, sealed.nodeEpoch);
-      const tampered = sealed === undefined || String(sealed.epoch) !== standing || sealedHolder !== holder;
-      if (tampered) {
-        this.stats.rejected.malformed++;
-        this.warn(new Error(`fence of shard ${shard} at epoch ${standing} is not as sealed`), 'log fence written without the bus secret', { shard });
-      }
-      if (sealed !== undefined && (sealed.epoch > epoch || (sealed.epoch === epoch && sealedHolder !== this.process))) {
-        if (tampered) await raise(sealed.epoch, sealedHolder, seal, seal);
-        return sealed.epoch;
-      }
-      found = seal; // replaced only if still exactly this one
-    }
-    throw new Error(`shard ${shard}: the log fence keeps changing under us`);
-  }
-
-  /** A fence seal's body if it verifies and names this shard. */
-  private openFence(shard: number, seal: string): Bodies['fence'] | undefined {
-    try {
-      const env = this.codec.open(EnvelopeCodec.fromJson(seal));
-      return env.t === 'fence' && env.body.shard === shard ? env.body : undefined;
-    } catch {
-      return undefined;
-    }
   }
 
   /**
@@ -822,84 +681,7 @@ export class RedisBus implements Bus {
         });
       return;
     }
-    if (o.readTo !== '' && !streamIdBelow(o.lastRead, o.readTo)) this.settled(shard, o);
-  }
-
-  /**
-   * The shard's ledgers are rebuilt: serve it, and re-seal our fence `settled`, so that the next owner
-   * knows the log is whole and need not wait for every member's reports.
-   */
-  private settled(shard: number, o: Owned): void {
-    o.state = 'ready';
-    const { nodeId, nodeEpoch } = this.identity!;
-    const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
-    scripts(this.redis)
-      .frlFence(this.keys.shard(shard, 'fence'), this.keys.shard(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
-      .then((reply) => {
-        if (reply[0] === 1) o.seal = seal;
-      })
-      .catch((err: unknown) => this.warn(err, 'sealing the log fence settled failed'));
-  }
-
-  /**
-   * A genuine fence of epoch `standing` stands against us: a later owner took the shard, or our table
-   * epoch is behind one the log has seen (Redis lost the table but not the log's fence). Stop serving
-   * it at once, learn that epoch, and give the shard up in the next round: a claim after that (ours
-   * or another's) gets a higher epoch, so nobody renews one the fence refuses for good.
-   */
-  private standDown(shard: number, standing: number, o: Owned): void {
-    if (this.owned.get(shard) !== o) return;
-    this.fleet.learnEpoch(standing);
-    this.relinquish.set(shard, o.epoch);
-    this.owned.delete(shard);
-    this.warn(new Error(`shard ${shard}: the log is fenced under owner epoch ${standing}`), 'stopped serving a shard whose log a later owner fenced');
-  }
-
-  /**
-   * A write of ours was refused by the log's fence: a forged one is replaced (the write is tried
-   * again by the next round's work), a genuine one means this node stands down. Returns whether it
-   * may write again.
-   */
-  private async fenceStands(shard: number, o: Owned): Promise<boolean> {
-    const epoch = o.epoch;
-    if (this.owned.get(shard) !== o) return false;
-    const raised = await this.raiseFence(shard, o, false);
-    if (typeof raised !== 'number') return this.owned.get(shard) === o;
-    if (o.epoch === epoch) this.standDown(shard, raised, o);
-    return false;
-  }
-
-  /**
-   * The snapshot script found a higher epoch in the log: a successor's, or an entry written by someone
-   * without the bus secret (whose plain `epoch` would stop checkpoints and trimming for good). Entries
-   * whose envelope does not verify, or signs another epoch, are deleted and counted; returns whether any
-   * was, so the checkpoint is tried again. A real successor's entry stays, and this owner stands down.
-   */
-  private async clearForgedFences(shard: number, mine: number): Promise<boolean> {
-    const entries = (await this.redis.call('XREVRANGE', this.keys.shard(shard, 'log'), '+', '-', 'COUNT', '256')) as StreamEntries;
-    const forged: string[] = [];
-    for (const [id, flat] of entries) {
-      const fields = EnvelopeCodec.fromStream(flat);
-      const plain = Number(fields.epoch);
-      if (!(plain > mine)) continue;
-      let reason: RejectReason | undefined;
-      try {
-        const env = this.codec.open(fields);
-        // An older release signs no epoch (nor does a snapshot of no grants): its entry verified, so
-        // it was written with the bus secret and stands.
-        const signed = env.t === 'grants' ? (env.body.epoch ?? env.body.grants[0]?.ownerEpoch) : env.t === 'snapshot' ? env.body.epoch : undefined;
-        if (signed !== undefined && signed !== plain) reason = 'malformed';
-      } catch (err) {
-        reason = err instanceof EnvelopeError ? err.reason : 'malformed';
-      }
-      if (reason === undefined) return false;
-      this.stats.rejected[reason]++;
-      forged.push(id);
-    }
-    if (forged.length === 0) return false;
-    await this.redis.call('XDEL', this.keys.shard(shard, 'log'), ...forged);
-    this.warn(new Error(`${forged.length} log entries with an epoch their envelope does not sign`), 'forged log entries deleted', { shard, ids: forged });
-    return true;
+    if (o.readTo !== '' && !streamIdBelow(o.lastRead, o.readTo)) this.fence.settled(shard, o);
   }
 
   /**
@@ -927,41 +709,9 @@ export class RedisBus implements Bus {
    * skipped — while Redis is out of reach or backed up (reports are cumulative, the next one makes up
    * for it).
    */
-  private append(key: string, fields: EnvelopeFields): Promise<boolean> | undefined {
-    if (!this.inTouch() || this.inflight > 4 * this.opts.shards) return undefined;
-    return this.written(this.redis.call('XADD', key, 'MAXLEN', '~', this.maxLength, '*', ...flatFields(fields)));
-  }
-
-  /**
-   * Grants onto the shard's log, unless a later owner fenced it (`lua/append-grants.lua`): always
-   * written, since a later owner must know them. Resolves with whether they are on record. A fence
-   * that refused them is looked into (`fenceStands`), and the grants are never sent.
-   */
-  private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: Client): Promise<boolean> {
-    const o = this.owned.get(shard);
-    const id = scripts(conn).frlAppendGrants(this.keys.shard(shard, 'log'), this.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
-    return this.written(id).then((ok) => {
-      if (!ok && o !== undefined && this.owned.get(shard) === o) void this.fenceStands(shard, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
-      return ok;
-    });
-  }
-
-  private get maxLength(): string {
-    return String(this.opts.maxStreamLength ?? 100_000);
-  }
-
-  /** Counts a write in flight until it settles; resolves with whether Redis took it (an id, not false). */
-  private written(write: Promise<unknown>): Promise<boolean> {
-    this.inflight++;
-    return write
-      .then(
-        (id) => id !== null && id !== false,
-        (err: Error) => {
-          this.warn(err, 'stream write failed');
-          return false;
-        },
-      )
-      .finally(() => this.inflight--);
+  private append(shard: number, fields: EnvelopeFields): Promise<boolean> | undefined {
+    if (!this.inTouch()) return undefined;
+    return this.log.appendReport(shard, fields);
   }
 
   // ---- node side --------------------------------------------------------------------------------
@@ -975,7 +725,7 @@ export class RedisBus implements Bus {
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
-    if (this.append(this.keys.shard(batch.shard, 'reports'), this.codec.seal('reports', batch)) !== undefined) {
+    if (this.append(batch.shard, this.codec.seal('reports', batch)) !== undefined) {
       this.stats.reportsSent++;
       return true;
     }
@@ -1000,7 +750,7 @@ export class RedisBus implements Bus {
         if (g !== undefined) {
           // This node's own credit too is spent only once on record (or out of the float, which is):
           // a later owner replays the log, and what it lacks it would issue again.
-          const written = this.logGrants([g], this.fast);
+          const written = this.log.logGrants([g], this.fast);
           if (this.owner!.onRecord?.(g) === true) local.push(g);
           else unrecorded.push(written.then((ok) => (ok ? [g] : (this.stats.grantsWithheld++, []))));
         }
