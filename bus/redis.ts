@@ -9,15 +9,18 @@ import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type Envelope
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { FleetTable, LEASE_ROUNDS } from './fleet-table.js';
+import { KeySchema } from './keys.js';
 import { LogFence } from './log-fence.js';
 import { LoopStalls } from './loop-stall.js';
-import { consumerName, GROUP, KeySchema } from './keys.js';
+import { MessageRouter, type Answer } from './message-router.js';
 import type { Owned, OwnerContext } from './owner-context.js';
 import { connect, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 import { rendezvousOwner } from './rendezvous.js';
-import { defineControlScripts, defineGrantScript, scripts, streamIdBelow, type RoundReply, type StreamEntries } from './scripts.js';
+import { defineControlScripts, defineGrantScript, scripts, type RoundReply } from './scripts.js';
 import { ShardLog } from './shard-log.js';
-import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
+import { ShardReader } from './shard-reader.js';
+import { Takeover } from './takeover.js';
+import type { Bus, CreditOwner, NodeIdentity } from './types.js';
 
 /** Settings the limiter adds from its own options. */
 export interface RedisBusOptions extends RedisConnectionOptions {
@@ -31,14 +34,8 @@ export interface RedisBusOptions extends RedisConnectionOptions {
   readonly loop?: LoopStalls;
 }
 
-/** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
-const BLIND_SETTLE_ROUNDS = 9;
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
 const WARM_UP_KEY = 'warm-up';
-const READ_COUNT = 500;
-
-/** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
-const CLAIM_EVERY_ROUNDS = 8;
 
 type Client = RedisClient;
 
@@ -62,7 +59,11 @@ export interface RedisBusStats extends FastPathStats {
 }
 
 /**
- * The leasing protocol over Redis (key layout: `bus/keys.ts`).
+ * The leasing protocol over Redis (key layout: `bus/keys.ts`). This class owns the connections, the
+ * round loop and the node side; its parts do the rest: the fleet and the ownership table
+ * (`FleetTable`, with heartbeat statements in `BeatStatements`), the shards' logs and their fences
+ * (`ShardLog`, `LogFence`), reading the report streams (`ShardReader`), taking a shard over
+ * (`Takeover`) and sending owner messages (`MessageRouter`).
  *
  * Nothing on the request path waits for Redis except a fast-path ask, bounded by its deadline.
  */
@@ -82,7 +83,6 @@ export class RedisBus implements Bus {
   private readonly loop: LoopStalls;
   private readonly ownLoop: boolean;
   private readonly keys: KeySchema;
-  private readonly cluster: boolean;
   private identity?: NodeIdentity;
   private deliver?: (m: OwnerMessage) => void;
   private owner?: CreditOwner;
@@ -91,11 +91,12 @@ export class RedisBus implements Bus {
   private readonly fleet: FleetTable;
   private readonly fence: LogFence;
   private readonly log: ShardLog;
+  private readonly reports: ShardReader;
+  private readonly takeover: Takeover;
+  private readonly router: MessageRouter;
   private roundBusy = false;
   /** Shards given up by a round still waiting for their log writes. */
   private readonly releasing = new Set<number>();
-  /** Messages to a node waiting for an earlier one (or its grants' log write), as one promise per node. */
-  private readonly sends = new Map<string, Promise<void>>();
   /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
   private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
@@ -115,7 +116,6 @@ export class RedisBus implements Bus {
     this.ownLoop = opts.loop === undefined;
     this.loop = opts.loop ?? LoopStalls.started(this.clock);
     this.keys = new KeySchema(opts.prefix ?? 'frl');
-    this.cluster = opts.clusterNodes !== undefined;
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
     defineControlScripts(this.redis);
@@ -144,6 +144,9 @@ export class RedisBus implements Bus {
     this.fleet = new FleetTable(opts, this.clock, this.beats, () => this.identity);
     this.fence = new LogFence(ctx, (epoch) => this.fleet.learnEpoch(epoch));
     this.log = new ShardLog(ctx, this.fence);
+    this.router = new MessageRouter(ctx, this.log, this.fast, (m) => this.deliver?.(m));
+    this.reports = new ShardReader(ctx, this.reader, (messages) => this.route(messages));
+    this.takeover = new Takeover(ctx, this.fence, this.reports);
     this.fastPath = new FastPath({
       stats: this.stats,
       send: (owner, ask) => this.sendAsk(owner, ask),
@@ -172,7 +175,7 @@ export class RedisBus implements Bus {
       this.readyReject = reject;
     });
     this.readyPromise.catch(() => undefined); // a close() before ready is not an unhandled rejection
-    this.readerDone = this.readLoop();
+    this.readerDone = this.reports.readLoop();
   }
 
   // ---- Bus --------------------------------------------------------------------------------------
@@ -274,7 +277,7 @@ export class RedisBus implements Bus {
       await closing;
       await Promise.all(owned.map((s) => this.log.writeSnapshot(s)));
       await Promise.allSettled(leave.flatMap((s) => this.log.pendingWrites(s)));
-      await this.runRound([], leave, true);
+      await this.runRound([], leave, 'leave');
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
     }
@@ -286,11 +289,7 @@ export class RedisBus implements Bus {
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
-  private get consumer(): string {
-    return consumerName(this.identity!.nodeId, this.identity!.nodeEpoch);
-  }
-
-  // ---- membership and ownership ------------------------------------------------------------------
+  // ---- the round loop ---------------------------------------------------------------------------
 
   /** One control round, unless the previous one is still out (Redis slow or unreachable). */
   private round(): void {
@@ -319,7 +318,7 @@ export class RedisBus implements Bus {
     const givenUp = [...new Set([...released, ...stale])];
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
-      .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, false)))
+      .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, 'stay')))
       .catch((err: unknown) => {
         this.stats.roundFailures++;
         this.warn(err, 'control round failed');
@@ -330,12 +329,14 @@ export class RedisBus implements Bus {
       });
     this.log.snapshots(mono);
     this.refillFloats();
-    this.claimStranded();
+    this.reports.claimStranded();
     this.fastPath.sweep();
     if (this.stats.rounds % REFRESH_ROUNDS === 0) this.direct?.refresh();
   }
 
-  private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
+  /** Runs `lua/round.lua`: stays in the fleet (and takes in its reply), or leaves it. */
+  private async runRound(wanted: number[], released: number[], membership: 'stay' | 'leave'): Promise<void> {
+    const leave = membership === 'leave';
     const sent = this.clock.monotonic();
     const statement = this.beats.seal(this.nodeBeat, this.identity!, leave);
     const res = (await scripts(this.redis).frlRound(
@@ -374,7 +375,7 @@ export class RedisBus implements Bus {
         // table, and maybe the log): rebuild. Replay merges into what the ledgers hold already.
         const taken: Owned = { epoch, state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
-        void this.takeover(s, taken, blind.has(s));
+        void this.takeover.start(s, taken, blind.has(s));
       }
     }
     // Owners changed (against the last epoch known, even if the shard had no owner in between): the
@@ -384,7 +385,7 @@ export class RedisBus implements Bus {
     this.beats.replied(redisNow, got);
     for (const [s, o] of this.owned) {
       if (!this.fleet.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) this.readPast(s, o);
+      else if (o.state === 'settling' && got >= o.settleUntil && this.fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) this.takeover.readPast(s, o);
     }
     this.fleet.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
@@ -396,6 +397,8 @@ export class RedisBus implements Bus {
       void this.warmUp().finally(resolve);
     }
   }
+
+  // ---- serving and reach ------------------------------------------------------------------------
 
   /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
   private serving(shard: number): boolean {
@@ -428,152 +431,6 @@ export class RedisBus implements Bus {
     return m !== undefined && m.fresh && m.epoch === o.ownerProcess && mono < o.expiresAt && this.inTouch();
   }
 
-  /**
-   * A shard became ours: create its group if Redis lost it, replay the log and the reports retained
-   * behind the last snapshot, claim the previous owner's pending entries, then serve. After a blind
-   * takeover (Redis lost the table, so maybe the log) fold reports for a few rounds before issuing.
-   */
-  private async takeover(shard: number, st: Owned, blind: boolean): Promise<void> {
-    const current = (): boolean => this.owned.get(shard) === st && !this.closed;
-    try {
-      this.stats.takeovers++;
-      await this.ensureGroup(shard);
-      // Fenced and read in one step: every grant an earlier owner can still have issued is in this log.
-      const raised = await this.fence.raise(shard, st, true);
-      if (!current()) return;
-      if (typeof raised === 'number') return this.fence.standDown(shard, raised, st);
-      // No settled fence before ours: Redis lost this shard's data (or it never had an owner). The log
-      // may be gone; the members' reports are the record, and only once all of them have come in.
-      if (!raised.settled) blind = true;
-      const log = raised.log;
-      const reports = (await this.redis.call('XRANGE', this.keys.shard(shard, 'reports'), '-', '+')) as StreamEntries;
-      if (!current()) return;
-      const entries: LogEntry[] = [];
-      for (const [, flat] of [...log, ...reports]) {
-        const env = this.tryOpen(EnvelopeCodec.fromStream(flat));
-        if (env !== undefined) entries.push(...logEntries(env));
-      }
-      this.owner!.replay(entries);
-      const lastReport = reports[reports.length - 1]?.[0];
-      if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;
-      let cursor = '0-0';
-      do {
-        const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.keys.shard(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
-        if (!current()) return;
-        await this.fold(shard, claimed, true, []);
-        cursor = next;
-      } while (cursor !== '0-0');
-      st.settleUntil = blind ? this.clock.monotonic() + BLIND_SETTLE_ROUNDS * this.opts.roundMs : 0;
-      if (blind) {
-        st.checkedIn = new Map();
-        st.state = 'settling';
-      } else this.fence.settled(shard, st);
-    } catch (err) {
-      this.warn(err, 'takeover failed; retried next round');
-      if (current()) this.owned.delete(shard);
-    }
-  }
-
-  private async ensureGroup(shard: number): Promise<void> {
-    try {
-      await this.redis.call('XGROUP', 'CREATE', this.keys.shard(shard, 'reports'), GROUP, '0', 'MKSTREAM');
-    } catch (err) {
-      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
-    }
-  }
-
-  // ---- reading and folding reports --------------------------------------------------------------
-
-  /**
-   * The owner's read loop on its own connection: a blocking XREADGROUP over every shard it serves
-   * (on a Redis Cluster, whose multi-key reads must stay in one slot, one read per shard each round).
-   */
-  private async readLoop(): Promise<void> {
-    while (!this.closed) {
-      const shards = [...this.owned].filter(([, o]) => o.state !== 'taking').map(([s]) => s);
-      try {
-        if (shards.length === 0 || this.identity === undefined) {
-          await sleep(this.opts.roundMs);
-          continue;
-        }
-        const block = 2 * this.opts.roundMs;
-        const results: Array<[string, StreamEntries]> = [];
-        if (this.cluster) {
-          const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.keys.shard(s, 'reports'), '>')));
-          for (const r of each as Array<Array<[string, StreamEntries]> | null>) results.push(...(r ?? []));
-          if (results.length === 0) await sleep(this.opts.roundMs);
-        } else {
-          const keys = shards.map((s) => this.keys.shard(s, 'reports'));
-          const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
-          results.push(...(r ?? []));
-        }
-        // Everything read in one go is answered in one go: one message per node, one log entry per shard.
-        const out: OwnerMessage[] = [];
-        const acks = results.map((res) => this.fold(Number(/\{s(\d+)\}/.exec(res[0])?.[1]), res[1], false, out));
-        this.route(out);
-        await Promise.all(acks);
-      } catch (err) {
-        if (this.closed) break;
-        if (String((err as Error).message).includes('NOGROUP')) {
-          // Redis lost the stream (restarted empty): recreate the groups and go on.
-          await Promise.all(shards.map((s) => this.ensureGroup(s).catch(() => undefined)));
-        } else this.warn(err, 'reading shard streams failed');
-        await sleep(this.opts.roundMs);
-      }
-    }
-  }
-
-  /**
-   * Folds report entries of a shard and acks them; an entry that can never be folded goes to the dead
-   * letter stream and is acked too, so nothing stays pending. During a takeover or a blind settle,
-   * entries only rebuild ledgers (replay), nothing is issued. Entries of a shard no longer ours stay
-   * pending for its next owner. Messages for nodes go to `out`; resolves once the entries are acked.
-   */
-  private fold(shard: number, entries: StreamEntries, replayOnly: boolean, out: OwnerMessage[]): Promise<unknown> {
-    const st = this.owned.get(shard);
-    if (st === undefined || entries.length === 0) return Promise.resolve();
-    const acks: string[] = [];
-    for (const [id, flat] of entries) {
-      st.lastRead = id;
-      if (flat === null) {
-        acks.push(id); // trimmed while pending: nothing left to fold
-        continue;
-      }
-      const fields = EnvelopeCodec.fromStream(flat);
-      let env: Envelope;
-      try {
-        env = this.codec.open(fields);
-        if (env.t !== 'reports' || env.body.shard !== shard) throw new EnvelopeError('malformed', `t: a ${env.t} entry for shard ${env.t === 'reports' ? env.body.shard : '?'} in shard ${shard}'s report stream`);
-      } catch (err) {
-        this.deadLetter(shard, id, fields, err);
-        acks.push(id);
-        continue;
-      }
-      try {
-        // Not serving (taking over, settling, lease in doubt, Redis out of reach, leaving): merge, issue nothing.
-        if (replayOnly || this.closed || !this.serving(shard)) this.owner!.replay([{ kind: 'report', batch: env.body }]);
-        else out.push(...this.owner!.onReports(env.body));
-        this.stats.entriesFolded++;
-        st.dirty = true;
-      } catch (err) {
-        this.deadLetter(shard, id, fields, err, 'fold');
-      }
-      acks.push(id);
-    }
-    return acks.length ? this.redis.call('XACK', this.keys.shard(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
-  }
-
-  private deadLetter(shard: number, id: string, fields: Record<string, string>, err: unknown, reason?: 'fold'): void {
-    const why: RejectReason | 'fold' = reason ?? (err instanceof EnvelopeError ? err.reason : 'malformed');
-    this.stats.rejected[why]++;
-    this.stats.deadLettered++;
-    const flat = Object.entries(fields).flatMap(([k, v]) => [`entry.${k}`, v]);
-    this.redis
-      .call('XADD', this.keys.shard(shard, 'dead'), 'MAXLEN', '~', '10000', '*', 'reason', why, 'error', String((err as Error)?.message ?? err), 'id', id, ...flat)
-      .catch((e: Error) => this.warn(e, 'dead-letter write failed'));
-    this.warn(err, `bus entry rejected (${why})`, { shard, id });
-  }
-
   private tryOpen(fields: Readonly<Record<string, unknown>>): Envelope | undefined {
     try {
       return this.codec.open(fields);
@@ -585,70 +442,9 @@ export class RedisBus implements Bus {
 
   // ---- owner messages ---------------------------------------------------------------------------
 
-  /**
-   * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
-   * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log, and
-   * to other nodes only once the log has all they state: a later owner replays the log, and must not
-   * issue that credit again. A grant whose credit beyond the float's was on record already (an ask
-   * the owner's float covered) goes first and is logged after. A grant the log could not take is
-   * withheld (the ledger counts it issued, which costs accuracy, never safety), and after a write that
-   * was taken the owner knows its grants are on record. Messages to one node leave in the order they
-   * were made, this node's own included.
-   */
-  private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
-    const byNode = new Map<string, OwnerMessage[]>();
-    if (answer !== undefined) byNode.set(answer.to, []);
-    for (const m of messages) {
-      const list = byNode.get(m.nodeId);
-      if (list === undefined) byNode.set(m.nodeId, [m]);
-      else list.push(m);
-    }
-    // An ask's answer takes the connection that is not auto-pipelined (no wait for the next turn).
-    const conn = answer === undefined ? this.redis : this.fast;
-    // Written once the asker's answer has gone if it need not wait for it (the float covered it).
-    let logged: Promise<boolean> | undefined;
-    const log = (): Promise<boolean> => (logged ??= this.log.logGrants(messages, conn));
-    for (const [nodeId, list] of byNode) {
-      const asker = nodeId === answer?.to;
-      // This process's own node too gets grants only once they are on record, in order.
-      const own = nodeId === this.identity?.nodeId && !asker;
-      const send = (out: OwnerMessage[], re: number): void => {
-        if (own) {
-          for (const m of out) this.deliver?.(m);
-          return;
-        }
-        const frame = EnvelopeCodec.toJson(this.codec.seal('messages', { re, nodeId, messages: out }));
-        this.stats.messagesSent++;
-        if (asker && answer.reply !== undefined) answer.reply(frame);
-        else conn.publish(this.keys.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
-      };
-      const re = asker ? answer.re : 0;
-      // A grant all of whose credit is on record already (an ask the float covered) need not wait.
-      const waits = list.some((m) => m.type === 'grant' && this.owner!.onRecord?.(m) !== true);
-      this.inOrder(nodeId, waits ? log() : undefined, (ok) => {
-        const rest = ok ? list : list.filter((m) => m.type !== 'grant');
-        this.stats.grantsWithheld += list.length - rest.length;
-        if (ok || rest.length > 0) send(rest, ok ? re : 0);
-      });
-    }
-    void log();
-  }
-
-  /**
-   * Runs `go` once `ready` (a log write) has settled and everything sent to `nodeId` before has
-   * gone — at once when nothing is waiting — so a recall never overtakes the grant before it.
-   */
-  private inOrder(nodeId: string, ready: Promise<boolean> | undefined, go: (ok: boolean) => void): void {
-    const prev = this.sends.get(nodeId);
-    if (prev === undefined && ready === undefined) return go(true);
-    const next = (prev ?? Promise.resolve())
-      .then(() => ready ?? true)
-      .then(go)
-      .catch((err: unknown) => this.warn(err, 'owner messages not sent'));
-    this.sends.set(nodeId, next);
-    void next.finally(() => {
-      if (this.sends.get(nodeId) === next) this.sends.delete(nodeId);
-    });
+  /** Sends owner messages (`MessageRouter.route`). */
+  private route(messages: readonly OwnerMessage[], answer?: Answer): void {
+    this.router.route(messages, answer);
   }
 
   /**
@@ -662,46 +458,6 @@ export class RedisBus implements Bus {
       // A float on record may refill a window announced exhausted: tell its leases now.
       if (ok && !this.closed) this.route(this.owner!.takeOutbox());
     });
-  }
-
-  /**
-   * A blind owner whose members have all checked in since: ready once its read loop has folded the
-   * report stream up to the entry that was last at that moment (asked once, then checked each round).
-   */
-  private readPast(shard: number, o: Owned): void {
-    if (o.readTo === undefined) {
-      o.readTo = '';
-      (this.redis.call('XREVRANGE', this.keys.shard(shard, 'reports'), '+', '-', 'COUNT', '1') as Promise<StreamEntries>)
-        .then((last) => {
-          o.readTo = last[0]?.[0] ?? '0-0';
-        })
-        .catch((err: unknown) => {
-          o.readTo = undefined;
-          this.warn(err, 'reading the report stream failed');
-        });
-      return;
-    }
-    if (o.readTo !== '' && !streamIdBelow(o.lastRead, o.readTo)) this.fence.settled(shard, o);
-  }
-
-  /**
-   * Every few rounds, per shard served: report entries still pending with another consumer for over
-   * two rounds (delivered to a deposed owner's last blocking read) are claimed and folded.
-   */
-  private claimStranded(): void {
-    if (this.stats.rounds % CLAIM_EVERY_ROUNDS !== 0) return;
-    for (const [s, o] of this.owned) {
-      if (!this.serving(s) || o.claimRound === this.stats.rounds) continue;
-      o.claimRound = this.stats.rounds;
-      (this.redis.call('XAUTOCLAIM', this.keys.shard(s, 'reports'), GROUP, this.consumer, String(2 * this.opts.roundMs), '0-0', 'COUNT', READ_COUNT) as Promise<[string, StreamEntries]>)
-        .then(async ([, claimed]) => {
-          const out: OwnerMessage[] = [];
-          const acked = this.fold(s, claimed, false, out);
-          this.route(out);
-          await acked;
-        })
-        .catch((err: unknown) => this.warn(err, 'claiming stranded entries failed'));
-    }
   }
 
   /**
@@ -885,20 +641,3 @@ export class RedisBus implements Bus {
   }
 }
 
-/** What a log or report entry contributes to a replay. */
-function logEntries(env: Envelope): LogEntry[] {
-  switch (env.t) {
-    case 'reports':
-      return [{ kind: 'report', batch: env.body }];
-    case 'grants':
-      return env.body.grants.map((grant) => ({ kind: 'grant', grant }));
-    case 'snapshot':
-      return env.body.entries;
-    default:
-      return [];
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
