@@ -7,6 +7,7 @@ import Joi from 'joi';
 import type { Logger } from 'pino';
 import type { Queue } from 'bullmq';
 import type { EventLog } from '../bus/events.js';
+import { KeySchema, parseOwnerEntry } from '../bus/keys.js';
 import { PolicyConflict, type PolicyStore } from '../bus/policy-store.js';
 import { StoreRecordError } from '../bus/store-signature.js';
 import { PolicyError, type Problem } from '../lib/errors.js';
@@ -92,7 +93,7 @@ function same(a: string, b: string): boolean {
  */
 export function createAdminApp(o: AdminOptions): Express {
   const hasher = new KeyHasher(o.keyHash.versions, o.keyHash.current);
-  const prefix = o.prefix ?? 'frl';
+  const keys = new KeySchema(o.prefix ?? 'frl');
   const app = express();
   app.disable('x-powered-by');
   app.use(helmet());
@@ -227,10 +228,10 @@ export function createAdminApp(o: AdminOptions): Express {
   v1.get('/health', admin, route(async (_req, res) => {
     const [time, members, epochs, owners, statuses, policy, sw] = await Promise.all([
       o.redis.time(),
-      o.redis.zrange(`${prefix}:{ctl}:members`, 0, -1, 'WITHSCORES'),
-      o.redis.hgetall(`${prefix}:{ctl}:epochs`),
-      o.redis.hgetall(`${prefix}:{ctl}:owners`),
-      o.redis.hgetall(`${prefix}:{ctl}:status`),
+      o.redis.zrange(keys.ctl('members'), 0, -1, 'WITHSCORES'),
+      o.redis.hgetall(keys.ctl('epochs')),
+      o.redis.hgetall(keys.ctl('owners')),
+      o.redis.hgetall(keys.ctl('status')),
       o.store.current().catch(refusedAs('policy')),
       o.store.switchState().catch(refusedAs('switch')),
     ]);
@@ -254,9 +255,8 @@ export function createAdminApp(o: AdminOptions): Express {
     }
     const shards = Object.entries(owners)
       .map(([shard, v]) => {
-        const [token = '', epoch = '0', exp = '0'] = v.split('|');
-        const [node = '', nodeEpoch = ''] = token.split('/');
-        return { shard: Number(shard), owner: node || null, ownerNodeEpoch: nodeEpoch || null, ownerEpoch: Number(epoch), leaseMsLeft: Math.max(0, Number(exp) - now) };
+        const { node, nodeEpoch, epoch, expiresAt } = parseOwnerEntry(v);
+        return { shard: Number(shard), owner: node || null, ownerNodeEpoch: nodeEpoch || null, ownerEpoch: epoch, leaseMsLeft: Math.max(0, expiresAt - now) };
       })
       .sort((a, b) => a.shard - b.shard);
     const degraded = nodes.filter((x) => (x.status as { degraded?: boolean } | null)?.degraded === true).map((x) => x.node);

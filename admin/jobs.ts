@@ -1,6 +1,7 @@
 import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import { EventLog } from '../bus/events.js';
+import { consumerName, GROUP, KeySchema, parseOwnerEntry } from '../bus/keys.js';
 import type { AuditWriter } from '../bus/policy-store.js';
 
 type Client = Redis | Cluster;
@@ -36,30 +37,30 @@ export interface RetentionResult {
  */
 export async function reap(redis: Client, prefix: string, shards: number, now: number, { consumerIdleMs = CONSUMER_IDLE_MS } = {}): Promise<ReapResult> {
   const result: ReapResult = { deadConsumers: 0, claimedEntries: 0, removedConsumers: 0, removedMembers: 0, trimmedEntries: 0 };
-  const members = `${prefix}:{ctl}:members`;
-  const epochsKey = `${prefix}:{ctl}:epochs`;
+  const keys = new KeySchema(prefix);
+  const members = keys.ctl('members');
+  const epochsKey = keys.ctl('epochs');
   const gone = await redis.zrangebyscore(members, '-inf', now - DEAD_AFTER_MS);
   if (gone.length > 0) {
     result.removedMembers = await redis.zrem(members, ...gone);
     await redis.hdel(epochsKey, ...gone);
-    await redis.hdel(`${prefix}:{ctl}:status`, ...gone);
-    await redis.hdel(`${prefix}:{ctl}:beats`, ...gone);
+    await redis.hdel(keys.ctl('status'), ...gone);
+    await redis.hdel(keys.ctl('beats'), ...gone);
   }
   const epochs = await redis.hgetall(epochsKey);
-  const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => `${id}:${epochs[id] ?? ''}`));
+  const live = new Set((await redis.zrangebyscore(members, now - DEAD_AFTER_MS, '+inf')).map((id) => consumerName(id, epochs[id] ?? '')));
   for (let s = 0; s < shards; s++) {
-    const key = `${prefix}:{s${s}}:reports`;
+    const key = keys.shard(s, 'reports');
     let consumers: unknown[];
     try {
-      consumers = (await redis.call('XINFO', 'CONSUMERS', key, 'owners')) as unknown[];
+      consumers = (await redis.call('XINFO', 'CONSUMERS', key, GROUP)) as unknown[];
     } catch (err) {
       if (/no such key|NOGROUP/i.test(String((err as Error).message))) continue; // nothing to reap
       throw err;
     }
     // Read per shard: the owner may have changed while the reaper went through the others.
-    const [token = ''] = ((await redis.hget(`${prefix}:{ctl}:owners`, String(s))) ?? '').split('|');
-    const [ownerNode = '', ownerEpoch = ''] = token.split('/');
-    const ownerConsumer = ownerNode ? `${ownerNode}:${ownerEpoch}` : undefined;
+    const owner = parseOwnerEntry((await redis.hget(keys.ctl('owners'), String(s))) ?? '');
+    const ownerConsumer = owner.node ? consumerName(owner.node, owner.nodeEpoch) : undefined;
     for (const c of consumers as string[][]) {
       const info: Record<string, string> = {};
       for (let i = 0; i + 1 < c.length; i += 2) info[c[i]!] = String(c[i + 1]);
@@ -69,12 +70,12 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
       result.deadConsumers++;
       if (Number(info.pending) > 0) {
         if (ownerConsumer === undefined || !live.has(ownerConsumer)) continue; // kept for a future owner
-        const pending = (await redis.call('XPENDING', key, 'owners', '-', '+', '10000', name)) as Array<[string]>;
+        const pending = (await redis.call('XPENDING', key, GROUP, '-', '+', '10000', name)) as Array<[string]>;
         const ids = pending.map(([id]) => id);
-        if (ids.length > 0) result.claimedEntries += ((await redis.call('XCLAIM', key, 'owners', ownerConsumer, String(consumerIdleMs), ...ids, 'JUSTID')) as string[]).length;
+        if (ids.length > 0) result.claimedEntries += ((await redis.call('XCLAIM', key, GROUP, ownerConsumer, String(consumerIdleMs), ...ids, 'JUSTID')) as string[]).length;
         if (ids.length < Number(info.pending)) continue; // the rest next run: a consumer goes only once it holds nothing
       }
-      await redis.call('XGROUP', 'DELCONSUMER', key, 'owners', name);
+      await redis.call('XGROUP', 'DELCONSUMER', key, GROUP, name);
       result.removedConsumers++;
     }
     result.trimmedEntries += Number(await redis.call('XTRIM', key, 'MINID', String(now - REPORTS_MAX_AGE_MS)));

@@ -61,7 +61,7 @@ export interface Bodies {
   greeting: PeerAddress & { nonce: string };
   /**
    * A member's heartbeat statement, stored beside its presence by the round script
-   * (`RedisBus.beatField`): who states it, and its contact and self-grant statement (`BeatStatement`).
+   * (`BeatStatements.seal`): who states it, and its contact and self-grant statement (`BeatStatement`).
    * `left`: its last one, written as it leaves the fleet cleanly.
    */
   beat: { nodeId: string; nodeEpoch: string; statement: BeatStatement; left?: boolean };

@@ -1,18 +1,27 @@
-import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
-import { presentAt, REACH_ROUNDS, rejoining, seen as heardFrom, SILENT_ROUNDS, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
+import { REACH_ROUNDS, rejoining, SILENT_ROUNDS, withinReach, type NodeBeat } from '../lib/membership.js';
 import type { OwnerLink } from '../lib/node-contract.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
-import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
+import { BeatStatements } from './beats.js';
+import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type EnvelopeFields, type PeerAddress, type RejectReason } from './codec.js';
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
+import { FleetTable, LEASE_ROUNDS } from './fleet-table.js';
+import { KeySchema } from './keys.js';
+import { LogFence } from './log-fence.js';
 import { LoopStalls } from './loop-stall.js';
+import { MessageRouter, type Answer } from './message-router.js';
+import type { Owned, OwnerContext } from './owner-context.js';
 import { connect, type RedisClient } from './redis-connection.js';
 import type { RedisConnectionOptions } from './redis-options.js';
 import { rendezvousOwner } from './rendezvous.js';
-import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
+import { defineControlScripts, defineGrantScript, scripts, type RoundReply } from './scripts.js';
+import { ShardLog } from './shard-log.js';
+import { ShardReader } from './shard-reader.js';
+import { Takeover } from './takeover.js';
+import type { Bus, CreditOwner, NodeIdentity } from './types.js';
 
 /** Settings the limiter adds from its own options. */
 export interface RedisBusOptions extends RedisConnectionOptions {
@@ -26,84 +35,10 @@ export interface RedisBusOptions extends RedisConnectionOptions {
   readonly loop?: LoopStalls;
 }
 
-/** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
-const LEASE_ROUNDS = 10;
-/** A takeover without a log (Redis lost it) folds this many rounds of reports before it issues anything. */
-const BLIND_SETTLE_ROUNDS = 9;
-const GROUP = 'owners';
 /** Key id of warm-up asks; never a real key id (those start with a version: `v1:`). */
 const WARM_UP_KEY = 'warm-up';
-const READ_COUNT = 500;
-
-const ROUND_SCRIPT = readFileSync(new URL('./lua/round.lua', import.meta.url), 'utf8');
-const SNAPSHOT_SCRIPT = readFileSync(new URL('./lua/snapshot.lua', import.meta.url), 'utf8');
-const FENCE_SCRIPT = readFileSync(new URL('./lua/fence.lua', import.meta.url), 'utf8');
-const APPEND_GRANTS_SCRIPT = readFileSync(new URL('./lua/append-grants.lua', import.meta.url), 'utf8');
-/** Rounds between an owner's sweeps for report entries stranded with a deposed owner's consumer. */
-const CLAIM_EVERY_ROUNDS = 8;
-/** An owner epoch further ahead of Redis time (ms) than this was written in, never claimed (`lua/round.lua`). */
-const EPOCH_AHEAD_MAX = 1e9;
-/** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
-const MAX_STATEMENT = 65_536;
 
 type Client = RedisClient;
-type StreamEntries = Array<[string, string[]]>;
-
-/** The table entry of one shard, in this process's monotonic time. */
-interface Ownership {
-  /** Node id and node epoch of the owning process. */
-  readonly owner: string;
-  readonly ownerProcess: string;
-  readonly epoch: number;
-  readonly expiresAt: number;
-  /** This very process, under an epoch its own round script claimed or renewed: never a written-in entry. */
-  readonly ours: boolean;
-}
-
-/** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
-interface Owned {
-  epoch: number;
-  state: 'taking' | 'settling' | 'ready';
-  /** When it became ours (monotonic). */
-  takenAt: number;
-  /** Round of the last sweep for stranded entries. */
-  claimRound: number;
-  /** Monotonic time until which the lease is certainly ours (renewal sent + lease − one round). */
-  validUntil: number;
-  settleUntil: number;
-  /** Anything folded or granted since the last snapshot. */
-  dirty: boolean;
-  snapshotAt: number;
-  /** Id of the last entry read from the shard's report stream. */
-  lastRead: string;
-  /** Given up by this round, which runs once the shard's log writes are done. */
-  leaving?: boolean;
-  /** The seal of the log fence this owner raised (`raiseFence`), re-sealed `settled` once ready. */
-  seal?: string;
-  /** After a blind takeover: each member's first check-in since, in this process's time. */
-  checkedIn?: Map<string, number>;
-  /**
-   * After a blind takeover, once every member has checked in enough: the report stream's last entry
-   * then ('' while asking). Ready once the read loop has read past it, so every member's resync batch
-   * (published before its check-in, on the same connection) is folded.
-   */
-  readTo?: string;
-}
-
-interface Member extends Presence {
-  epoch: string;
-  /**
-   * Whether its last heartbeat statement verified (sealed with the bus secret, naming it): only such
-   * members may own shards. One that does not still counts in the fleet's size and is held back as
-   * if it stated nothing fresh (`lib/membership.ts`): a Redis writer can add members, never settle one.
-   */
-  verified: boolean;
-  /**
-   * Node side: whether, by Redis's clock, it had checked in within REACH_ROUNDS when our last round
-   * reply was made. Judged apart from our own round's age, so neither eats the other's margin.
-   */
-  fresh: boolean;
-}
 
 /** Counters of the Redis bus (metrics, tests, the benchmark). */
 export interface RedisBusStats extends FastPathStats {
@@ -125,16 +60,11 @@ export interface RedisBusStats extends FastPathStats {
 }
 
 /**
- * The leasing protocol over Redis. Key layout (prefix `frl`, hash tags so a Redis Cluster spreads
- * shards over slots and keeps the control keys in one):
- *
- * - `frl:{ctl}:members` zset, `frl:{ctl}:epochs` hash, `frl:{ctl}:owners` hash — membership and the
- *   ownership table, changed only by `lua/round.lua`, run once per round by every member.
- * - `frl:{s<N>}:reports` — shard N's stream: one entry per node per round (B2), read by the owner
- *   through consumer group `owners`, acked once folded; a new owner claims the old one's pending.
- * - `frl:{s<N>}:log` — grants the owner issued and its periodic snapshots: what a new owner replays.
- * - `frl:{s<N>}:dead` — entries that can never be folded (bad MAC, version, field), with the reason.
- * - channel `frl:node:<nodeId>` — fast-path asks to an owner and owner messages (grants, recalls) to a node.
+ * The leasing protocol over Redis (key layout: `bus/keys.ts`). This class owns the connections, the
+ * round loop and the node side; its parts do the rest: the fleet and the ownership table
+ * (`FleetTable`, with heartbeat statements in `BeatStatements`), the shards' logs and their fences
+ * (`ShardLog`, `LogFence`), reading the report streams (`ShardReader`), taking a shard over
+ * (`Takeover`) and sending owner messages (`MessageRouter`).
  *
  * Nothing on the request path waits for Redis except a fast-path ask, bounded by its deadline.
  */
@@ -153,50 +83,28 @@ export class RedisBus implements Bus {
   private readonly clock: Clock;
   private readonly loop: LoopStalls;
   private readonly ownLoop: boolean;
-  private readonly prefix: string;
-  private readonly cluster: boolean;
+  private readonly keys: KeySchema;
   private identity?: NodeIdentity;
   private deliver?: (m: OwnerMessage) => void;
   private owner?: CreditOwner;
-  private readonly table: Array<Ownership | undefined>;
   private readonly owned = new Map<number, Owned>();
-  /** The last owner epoch seen per shard, kept while a shard has no owner. */
-  private readonly knownEpochs: Array<number | undefined> = [];
-  private readonly members = new Map<string, Member>();
-  private hadTable = false;
-  private lastRoundOk = Number.NEGATIVE_INFINITY;
-  /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
-  private graceUntil = 0;
-  private graceIds: string[] = [];
+  private readonly beats: BeatStatements;
+  private readonly fleet: FleetTable;
+  private readonly fence: LogFence;
+  private readonly log: ShardLog;
+  private readonly reports: ShardReader;
+  private readonly takeover: Takeover;
+  private readonly router: MessageRouter;
   private roundBusy = false;
   /** Shards given up by a round still waiting for their log writes. */
   private readonly releasing = new Set<number>();
-  /** Messages to a node waiting for an earlier one (or its grants' log write), as one promise per node. */
-  private readonly sends = new Map<string, Promise<void>>();
-  /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
-  private readonly logWrites = new Map<number, Promise<unknown>>();
-  private inflight = 0;
-  /** Highest owner epoch seen on any shard: a claim never goes below it, whatever Redis's clock says. */
-  private maxEpoch = 0;
   /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
   private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
-  /** This process's own node's self-grants as its owner side knows them at once: shard → batch round. */
-  private readonly ownSelfGrants = new Map<number, number>();
-  /** Redis time of the last round reply applied, and this process's monotonic time when it came back. */
-  private replyAt = 0;
-  private replyGot: number | undefined;
   private onOwnersChanged?: (shards: ReadonlySet<number>) => void;
   private readonly fastPath: FastPath;
   /** The fast path's direct channel; undefined when `fastPath: false`. */
   private readonly direct?: DirectChannel;
   private readonly warned = new Map<string, number>();
-  /** Members whose statement is refused now (counted once as they turn so, not at every round). */
-  private readonly refused = new Set<string>();
-  /**
-   * Shards to give up in the next round, with the epoch the log's fence stood against, to claim anew
-   * above it (not if the table has moved past that epoch meanwhile).
-   */
-  private readonly relinquish = new Map<number, number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readyResolve?: () => void;
@@ -208,20 +116,38 @@ export class RedisBus implements Bus {
     this.clock = opts.clock ?? systemClock;
     this.ownLoop = opts.loop === undefined;
     this.loop = opts.loop ?? LoopStalls.started(this.clock);
-    this.prefix = opts.prefix ?? 'frl';
-    this.cluster = opts.clusterNodes !== undefined;
-    this.table = new Array<Ownership | undefined>(opts.shards);
+    this.keys = new KeySchema(opts.prefix ?? 'frl');
     // XGROUP's key is its second argument: kept out of auto-pipelines, which route by the first.
     this.redis = connect(opts, { enableAutoPipelining: true, autoPipeliningIgnoredCommands: ['xgroup'], commandTimeout: 2000 });
-    this.redis.defineCommand('frlRound', { numberOfKeys: 5, lua: ROUND_SCRIPT });
-    this.redis.defineCommand('frlSnapshot', { numberOfKeys: 3, lua: SNAPSHOT_SCRIPT });
-    this.redis.defineCommand('frlFence', { numberOfKeys: 2, lua: FENCE_SCRIPT });
+    defineControlScripts(this.redis);
     this.reader = connect(opts, {});
     this.sub = connect(opts, {});
     this.fast = connect(opts, { commandTimeout: 2000 });
-    for (const c of [this.redis, this.fast]) c.defineCommand('frlAppendGrants', { numberOfKeys: 2, lua: APPEND_GRANTS_SCRIPT });
+    for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.sub.on('message', (_channel: string, message: string) => this.onChannel(message));
+    const ctx: OwnerContext = {
+      opts,
+      clock: this.clock,
+      codec: this.codec,
+      keys: this.keys,
+      redis: this.redis,
+      stats: this.stats,
+      owned: this.owned,
+      identity: () => this.identity,
+      owner: () => this.owner,
+      closed: () => this.closed,
+      serving: (shard) => this.serving(shard),
+      open: (fields) => this.tryOpen(fields),
+      warn: (err, msg, extra) => this.warn(err, msg, extra),
+    };
+    this.beats = new BeatStatements(this.codec, this.stats, (err, msg) => this.warn(err, msg));
+    this.fleet = new FleetTable(opts, this.clock, this.beats, () => this.identity);
+    this.fence = new LogFence(ctx, (epoch) => this.fleet.learnEpoch(epoch));
+    this.log = new ShardLog(ctx, this.fence);
+    this.router = new MessageRouter(ctx, this.log, this.fast, (m) => this.deliver?.(m));
+    this.reports = new ShardReader(ctx, this.reader, (messages) => this.route(messages));
+    this.takeover = new Takeover(ctx, this.fence, this.reports);
     this.fastPath = new FastPath({
       stats: this.stats,
       send: (owner, ask) => this.sendAsk(owner, ask),
@@ -236,8 +162,8 @@ export class RedisBus implements Bus {
           redis: this.redis,
           clock: this.clock,
           roundMs: opts.roundMs,
-          recordKey: (nodeId) => this.ctl(`peer:${nodeId}`),
-          members: () => this.members,
+          recordKey: (nodeId) => this.keys.ctl(`peer:${nodeId}`),
+          members: () => this.fleet.members,
           open: (fields) => this.tryOpen(fields),
           onFrame: (frame, reply) => this.onFrame(frame, reply),
           warn: (err, msg) => this.warn(err, msg),
@@ -250,7 +176,7 @@ export class RedisBus implements Bus {
       this.readyReject = reject;
     });
     this.readyPromise.catch(() => undefined); // a close() before ready is not an unhandled rejection
-    this.readerDone = this.readLoop();
+    this.readerDone = this.reports.readLoop();
   }
 
   // ---- Bus --------------------------------------------------------------------------------------
@@ -259,7 +185,7 @@ export class RedisBus implements Bus {
     this.identity = node;
     this.deliver = onMessage;
     this.onOwnersChanged = onOwnersChanged;
-    void this.sub.subscribe(this.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
+    void this.sub.subscribe(this.keys.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
     this.direct?.listen(node);
     return {
       requestCredit: (requests, deadlineMs) => this.requestCredit(requests, deadlineMs),
@@ -268,10 +194,10 @@ export class RedisBus implements Bus {
         this.nodeBeat = beat;
         this.round();
       },
-      selfGranted: (shard, round) => this.ownSelfGrants.set(shard, round),
+      selfGranted: (shard, round) => this.fleet.ownSelfGrants.set(shard, round),
       reachable: (shard) => this.reachable(shard),
-      local: (shard) => this.mine(shard) && this.serving(shard),
-      fleetSize: () => (this.hadTable ? Math.max(1, this.members.size) : Number.MAX_SAFE_INTEGER),
+      local: (shard) => this.fleet.mine(shard) && this.serving(shard),
+      fleetSize: () => (this.fleet.hadTable ? this.fleet.size() : Number.MAX_SAFE_INTEGER),
     };
   }
 
@@ -283,18 +209,18 @@ export class RedisBus implements Bus {
   fleetView(): FleetView {
     const roundMs = this.opts.roundMs;
     return {
-      size: () => Math.max(1, this.members.size),
-      unsettled: (shard, folded) => this.unsettled(shard, folded),
-      rejoining: (nodeId) => rejoining(this.members.get(nodeId), this.clock.monotonic(), roundMs),
+      size: () => this.fleet.size(),
+      unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
+      rejoining: (nodeId) => rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
 
   ownerEpoch(shard: number): number {
-    return this.owned.get(shard)?.epoch ?? this.table[shard]?.epoch ?? 1;
+    return this.owned.get(shard)?.epoch ?? this.fleet.table[shard]?.epoch ?? 1;
   }
 
   fleetSize(): number {
-    return Math.max(1, this.members.size);
+    return this.fleet.size();
   }
 
   ready(): Promise<void> {
@@ -321,7 +247,7 @@ export class RedisBus implements Bus {
   publishStatus(status: object): void {
     if (this.closed || this.identity === undefined) return;
     const value = JSON.stringify({ ...status, nodeEpoch: this.identity.nodeEpoch, ownedShards: this.ownedShards().length, at: Date.now() });
-    this.redis.hset(this.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
+    this.redis.hset(this.keys.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
   }
 
   /** Shards this node owns and serves now. */
@@ -331,7 +257,7 @@ export class RedisBus implements Bus {
 
   /** The ownership table as last read: owner and fencing epoch per shard. */
   owners(): Array<{ shard: number; owner: string; epoch: number } | undefined> {
-    return this.table.map((o, shard) => (o === undefined ? undefined : { shard, owner: o.owner, epoch: o.epoch }));
+    return this.fleet.table.map((o, shard) => (o === undefined ? undefined : { shard, owner: o.owner, epoch: o.epoch }));
   }
 
   /**
@@ -350,9 +276,9 @@ export class RedisBus implements Bus {
     const leave = [...owned, ...this.releasing];
     try {
       await closing;
-      await Promise.all(owned.map((s) => this.writeSnapshot(s)));
-      await Promise.allSettled(leave.flatMap((s) => this.logWrites.get(s) ?? []));
-      await this.runRound([], leave, true);
+      await Promise.all(owned.map((s) => this.log.writeSnapshot(s)));
+      await Promise.allSettled(leave.flatMap((s) => this.log.pendingWrites(s)));
+      await this.runRound([], leave, 'leave');
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');
     }
@@ -364,30 +290,7 @@ export class RedisBus implements Bus {
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
-  // ---- keys -------------------------------------------------------------------------------------
-
-  private ctl(name: string): string {
-    return `${this.prefix}:{ctl}:${name}`;
-  }
-
-  private key(shard: number, name: 'reports' | 'log' | 'dead' | 'fence'): string {
-    return `${this.prefix}:{s${shard}}:${name}`;
-  }
-
-  private channel(nodeId: string): string {
-    return `${this.prefix}:node:${nodeId}`;
-  }
-
-  private get consumer(): string {
-    return `${this.identity!.nodeId}:${this.identity!.nodeEpoch}`;
-  }
-
-  /** This process as the ownership table and the log's fence name it. */
-  private get process(): string {
-    return `${this.identity!.nodeId}/${this.identity!.nodeEpoch}`;
-  }
-
-  // ---- membership and ownership ------------------------------------------------------------------
+  // ---- the round loop ---------------------------------------------------------------------------
 
   /** One control round, unless the previous one is still out (Redis slow or unreachable). */
   private round(): void {
@@ -395,7 +298,7 @@ export class RedisBus implements Bus {
     this.roundBusy = true;
     const me = this.identity.nodeId;
     const mono = this.clock.monotonic();
-    const ids = this.candidates(mono);
+    const ids = this.fleet.candidates(mono);
     const wanted: number[] = [];
     const released: number[] = [];
     for (let s = 0; s < this.opts.shards; s++) {
@@ -411,13 +314,12 @@ export class RedisBus implements Bus {
       this.owned.delete(s);
       this.releasing.add(s);
     }
-    const logged = released.flatMap((s) => this.logWrites.get(s) ?? []);
-    const stale = [...this.relinquish].filter(([s, e]) => !((this.table[s]?.epoch ?? 0) > e)).map(([s]) => s);
+    const logged = released.flatMap((s) => this.log.pendingWrites(s));
+    const stale = this.fence.takeRelinquished((s) => this.fleet.table[s]?.epoch ?? 0);
     const givenUp = [...new Set([...released, ...stale])];
-    this.relinquish.clear();
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
-      .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, false)))
+      .then(() => (this.closed ? undefined : this.runRound(wanted, givenUp, 'stay')))
       .catch((err: unknown) => {
         this.stats.roundFailures++;
         this.warn(err, 'control round failed');
@@ -426,22 +328,24 @@ export class RedisBus implements Bus {
         this.roundBusy = false;
         for (const s of released) this.releasing.delete(s);
       });
-    this.snapshots(mono);
+    this.log.snapshots(mono);
     this.refillFloats();
-    this.claimStranded();
+    this.reports.claimStranded();
     this.fastPath.sweep();
     if (this.stats.rounds % REFRESH_ROUNDS === 0) this.direct?.refresh();
   }
 
-  private async runRound(wanted: number[], released: number[], leave: boolean): Promise<void> {
+  /** Runs `lua/round.lua`: stays in the fleet (and takes in its reply), or leaves it. */
+  private async runRound(wanted: number[], released: number[], membership: 'stay' | 'leave'): Promise<void> {
+    const leave = membership === 'leave';
     const sent = this.clock.monotonic();
-    const statement = this.beatField(leave);
-    const res = (await (this.redis as unknown as ScriptCommands).frlRound(
-      this.ctl('members'),
-      this.ctl('epochs'),
-      this.ctl('owners'),
-      this.ctl('left'),
-      this.ctl('beats'),
+    const statement = this.beats.seal(this.nodeBeat, this.identity!, leave);
+    const res = (await scripts(this.redis).frlRound(
+      this.keys.ctl('members'),
+      this.keys.ctl('epochs'),
+      this.keys.ctl('owners'),
+      this.keys.ctl('left'),
+      this.keys.ctl('beats'),
       this.identity!.nodeId,
       this.identity!.nodeEpoch,
       String(LEASE_ROUNDS * this.opts.roundMs),
@@ -449,250 +353,53 @@ export class RedisBus implements Bus {
       wanted.join(','),
       released.join(','),
       leave ? '1' : '0',
-      String(this.maxEpoch),
+      String(this.fleet.highestEpoch),
       statement,
     )) as RoundReply;
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
 
   /** Takes in the fleet and the ownership table; starts takeovers of shards newly ours. */
-  private applyRound(sent: number, [nowStr, flatMembers, flatOwners, blind, flatLeft, flatHeld]: RoundReply): void {
+  private applyRound(sent: number, reply: RoundReply): void {
     const got = this.clock.monotonic();
-    const redisNow = Number(nowStr);
     const roundMs = this.opts.roundMs;
-    if (got - this.lastRoundOk > LEASE_ROUNDS * roundMs && this.hadTable) {
-      // We were cut off: members heard before still count until they have had time to check in.
-      this.graceUntil = got + LEASE_ROUNDS * roundMs;
-      this.graceIds = [...this.members].filter(([, m]) => m.verified).map(([id]) => id);
-    }
-    this.lastRoundOk = got;
     this.stats.rounds++;
-    const seen = new Set<string>();
-    // Redis times as this process's monotonic time: as if Redis had run the script when it was sent,
-    // which is never later than it did — a member never looks fresher than it was, however late this
-    // reply is taken in (a pause right after it came back).
-    const local = (t: number): number => sent - (redisNow - t);
-    for (let i = 0; i + 3 < flatMembers.length; i += 4) {
-      const id = flatMembers[i]!;
-      const checkedIn = Number(flatMembers[i + 1]);
-      const lastSeen = local(checkedIn);
-      const stated = this.openBeat(id, flatMembers[i + 3]!);
-      // The epoch its own sealed statement names; the epochs hash, which anyone can write, only for
-      // a member that states nothing verifiable (it owns nothing and settles nothing anyway).
-      const epoch = stated?.nodeEpoch ?? flatMembers[i + 2]!;
-      const verified = stated !== undefined && stated.left !== true;
-      const fresh = withinReach(checkedIn, redisNow, roundMs);
-      seen.add(id);
-      let m = this.members.get(id);
-      if (m === undefined) this.members.set(id, (m = { ...presentAt(lastSeen), epoch, fresh, verified }));
-      else {
-        m.fresh = fresh;
-        // Back after a silence: withheld a round (L5), it may have granted itself credit (F4). A new
-        // process under the same name has none: it starts at zero (L6).
-        heardFrom(m, lastSeen, roundMs, got, m.epoch === epoch);
-        m.epoch = epoch;
-        m.verified = verified;
-      }
-      if (verified) m.beat = heartbeat(stated.statement, local);
-      else delete m.beat;
-    }
-    // A member missing from the list is kept until it could no longer be granting itself credit
-    // (F5): Redis may simply have lost the list (restarted empty). Only a clean leave drops it at once.
-    // A clean leave counts only with the member's own sealed leave statement, of the process we knew.
-    const left = new Map<string, number>();
-    for (let i = 0; i + 2 < flatLeft.length; i += 3) {
-      const id = flatLeft[i]!;
-      const m = this.members.get(id);
-      if (m === undefined || seen.has(id)) continue;
-      const farewell = this.openBeat(id, flatLeft[i + 2]!);
-      if (farewell?.left === true && farewell.nodeEpoch === m.epoch) left.set(id, local(Number(flatLeft[i + 1])));
-    }
-    for (const [id, m] of this.members) {
-      if (!seen.has(id)) m.fresh = false;
-      const leftAt = left.get(id);
-      if (!seen.has(id) && ((leftAt !== undefined && leftAt >= m.lastSeen) || got - m.lastSeen > this.memberExpiryMs())) {
-        this.members.delete(id);
-        this.refused.delete(id);
-      }
-    }
-    const held = new Map<number, number>();
-    for (let i = 0; i + 1 < flatHeld.length; i += 2) held.set(Number(flatHeld[i]), Number(flatHeld[i + 1]));
-
-    const blindSet = new Set(blind.map(Number));
-    const seenEpoch = this.maxEpoch;
-    this.table.fill(undefined);
-    for (let i = 0; i + 1 < flatOwners.length; i += 2) {
-      const s = Number(flatOwners[i]);
-      const [token = '', epoch = '0', exp = '0'] = flatOwners[i + 1]!.split('|');
-      const [owner = '', ownerProcess = ''] = token.split('/');
-      // An epoch far ahead of Redis time was never made by a claim (they are seeded from it and grow
-      // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
-      if (!(s >= 0 && s < this.opts.shards) || owner === '' || Number(exp) <= redisNow || !(Number(epoch) <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
-      const ours = owner === this.identity?.nodeId && ownerProcess === this.identity.nodeEpoch && held.get(s) === Number(epoch);
-      this.table[s] = { owner, ownerProcess, epoch: Number(epoch), expiresAt: got + (Number(exp) - redisNow), ours };
-      this.maxEpoch = Math.max(this.maxEpoch, Number(epoch));
-      if (!this.mine(s)) continue;
-      const validUntil = sent + (Number(exp) - redisNow) - 2 * roundMs;
+    const { redisNow, ours, blind } = this.fleet.take(sent, got, reply);
+    for (const { shard: s, epoch, expiresAt: exp } of ours) {
+      const validUntil = sent + (exp - redisNow) - 2 * roundMs;
       const o = this.owned.get(s);
-      if (o !== undefined && o.epoch === Number(epoch)) {
+      if (o !== undefined && o.epoch === epoch) {
         // Ours all along (renewed under the same epoch, so nobody else claimed it): the ledgers are current.
         o.validUntil = validUntil;
       } else {
         // New to us — or the epoch moved under us (someone else may have served it, or Redis lost the
         // table, and maybe the log): rebuild. Replay merges into what the ledgers hold already.
-        const taken: Owned = { epoch: Number(epoch), state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
+        const taken: Owned = { epoch, state: 'taking', validUntil, takenAt: got, settleUntil: 0, dirty: true, snapshotAt: got, lastRead: '0-0', claimRound: 0 };
         this.owned.set(s, taken);
-        void this.takeover(s, taken, blindSet.has(s));
+        void this.takeover.start(s, taken, blind.has(s));
       }
     }
     // Owners changed (against the last epoch known, even if the shard had no owner in between): the
     // node reports every bucket of those shards again, so a new owner with no log learns what is held.
-    const changed = new Set<number>();
-    this.table.forEach((o, s) => {
-      if (o === undefined) return;
-      if (this.knownEpochs[s] !== undefined && o.epoch !== this.knownEpochs[s]) changed.add(s);
-      this.knownEpochs[s] = o.epoch;
-    });
+    const changed = this.fleet.ownersChanged();
     if (changed.size > 0) this.onOwnersChanged?.(changed);
-    this.replyAt = redisNow;
-    this.replyGot = got;
+    this.beats.replied(redisNow, got);
     for (const [s, o] of this.owned) {
-      if (!this.mine(s)) this.owned.delete(s);
-      else if (o.state === 'settling' && got >= o.settleUntil && this.everyoneReportedSince(o)) this.readPast(s, o);
+      if (!this.fleet.mine(s)) this.owned.delete(s);
+      else if (o.state === 'settling' && got >= o.settleUntil && this.fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) this.takeover.readPast(s, o);
     }
-    this.hadTable = true;
+    this.fleet.hadTable = true;
     // Ready once every shard is reachable at its rendezvous owner: the fleet has settled, so no
     // handover is about to leave a shard without an owner for a round. (Or after 40 rounds anyway.)
-    const ids = this.candidates(got);
-    if (this.readyResolve !== undefined && this.table.every((o, s) => this.reachable(s) && (this.stats.rounds > 40 || o!.owner === rendezvousOwner(s, ids)))) {
+    const ids = this.fleet.candidates(got);
+    if (this.readyResolve !== undefined && this.fleet.table.every((o, s) => this.reachable(s) && (this.stats.rounds > 40 || o!.owner === rendezvousOwner(s, ids)))) {
       const resolve = this.readyResolve;
       this.readyResolve = undefined;
       void this.warmUp().finally(resolve);
     }
   }
 
-  /**
-   * Members whose boundary self-grant the owner may not have seen (`lib/membership.ts`), as of now, so a
-   * freeze of Redis counts.
-   */
-  private unsettled(shard: number, folded: (nodeEpoch: string, shard: number) => number): string[] {
-    const mono = this.clock.monotonic();
-    const roundMs = this.opts.roundMs;
-    const out: string[] = [];
-    for (const [id, m] of this.members) {
-      if (id !== this.identity?.nodeId && unsettled(m, shard, folded(m.epoch, shard), mono, roundMs)) out.push(id);
-    }
-    // This process's own node too: out of touch with Redis, its owner side stops serving and its node
-    // may grant itself credit in these very shards; the owner side knows of it the moment it does,
-    // and holds it back until that node's batch carrying it is folded (in process, at its next round).
-    const me = this.identity;
-    const own = this.ownSelfGrants.get(shard);
-    if (me !== undefined && own !== undefined) {
-      if (folded(me.nodeEpoch, shard) < own) out.push(me.nodeId);
-      else this.ownSelfGrants.delete(shard);
-    }
-    return out;
-  }
-
-  /**
-   * This node's heartbeat statement as the round script stores it: a sealed `beat` envelope (its last,
-   * with `left`, as it leaves). Its contact times (`NodeBeat.contact`, this process's monotonic time)
-   * in Redis ms, mapped through the last reply as if Redis had run it when the reply came back — which
-   * is never earlier than it did, so a stated time is never later than the contact was. Before any
-   * reply, nothing is known: everything is stated as heard at 0. Sealed, so that nobody without the
-   * bus secret can state a member's contact fresh, its self-grant folded, or its leave.
-   */
-  private beatField(leave: boolean): string {
-    const b = this.nodeBeat;
-    const { replyGot } = this;
-    const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
-    const groups = new Map<number, number[]>();
-    for (const [s, t] of c.stale) {
-      const at = Math.max(0, t);
-      const g = groups.get(at);
-      if (g === undefined) groups.set(at, [s]);
-      else g.push(s);
-    }
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
-    const { nodeId, nodeEpoch } = this.identity!;
-    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(leave ? { left: true } : {}) }));
-  }
-
-  /**
-   * A member's stored statement, if it verifies and names that member; otherwise undefined, counted by
-   * reason when the member's statements turn unverifiable (every round reads them again). An empty one
-   * (a release that signs none, or a field someone deleted) says nothing either.
-   */
-  private openBeat(nodeId: string, field: string): Bodies['beat'] | undefined {
-    if (field === '') return undefined;
-    let reason: RejectReason;
-    try {
-      if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
-      const env = this.codec.open(EnvelopeCodec.fromJson(field));
-      if (env.t === 'beat' && env.body.nodeId === nodeId) {
-        this.refused.delete(nodeId);
-        return env.body;
-      }
-      reason = 'malformed';
-    } catch (err) {
-      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
-    }
-    if (!this.refused.has(nodeId)) {
-      this.refused.add(nodeId);
-      this.stats.rejected[reason]++;
-      this.warn(new Error(`${reason}: statement of member ${nodeId}`), 'heartbeat statement refused; the member owns nothing and is held back');
-    }
-    return undefined;
-  }
-
-  /** How long a silent member is remembered: while it may still be granting itself credit (F4, F5). */
-  private memberExpiryMs(): number {
-    return this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs;
-  }
-
-  /**
-   * After a blind takeover: whether every member has run two rounds since (the first tells it of the
-   * new owner, the second's batch reports its buckets again) and a round has passed for that batch
-   * to be read. With the log lost, a member's reports are the only record of the
-   * credit it holds, which can be any part of a window (a lease, not only a self-grant): a silent one
-   * holds the shard back until it reports or is forgotten (`memberExpiryMs`, when it could only be
-   * degraded), however long that takes.
-   */
-  private everyoneReportedSince(o: Owned): boolean {
-    const roundMs = this.opts.roundMs;
-    const checkedIn = (o.checkedIn ??= new Map());
-    let all = true;
-    for (const [id, m] of this.members) {
-      if (m.lastSeen < o.takenAt + 2 * roundMs) {
-        all = false;
-        continue;
-      }
-      // Its first check-in since is where it learns the shard changed hands; the batch of its next
-      // round reports every bucket it holds there, and is read a round later.
-      const first = checkedIn.get(id) ?? (checkedIn.set(id, m.lastSeen), m.lastSeen);
-      if (m.lastSeen < first + 2 * roundMs) all = false;
-    }
-    return all;
-  }
-
-  /**
-   * Members that may own shards: those whose statement verified, heard within a lease, plus (after an
-   * outage of ours) those heard before it.
-   */
-  private candidates(mono: number): Set<string> {
-    const ids = new Set([this.identity!.nodeId, ...(mono < this.graceUntil ? this.graceIds : [])]);
-    for (const [id, m] of this.members) if (m.verified && mono - m.lastSeen < LEASE_ROUNDS * this.opts.roundMs) ids.add(id);
-    return ids;
-  }
-
-  /**
-   * Whether the table names this very process (node id and epoch) as the shard's owner, under the
-   * epoch its own last round claimed or renewed: an entry someone wrote into the table naming it is
-   * not its claim, and could stand beside the lease of an owner still serving.
-   */
-  private mine(shard: number): boolean {
-    return this.table[shard]?.ours === true;
-  }
+  // ---- serving and reach ------------------------------------------------------------------------
 
   /** Whether this node may answer for `shard` now: its lease is current and its ledgers rebuilt. */
   private serving(shard: number): boolean {
@@ -701,7 +408,7 @@ export class RedisBus implements Bus {
     // Out of touch with Redis, an owner stops too: it could not log what it grants, and its peers
     // already count it as out of reach. On the full time, stalls included: back from one, it must
     // learn of members that joined meanwhile (and may self-grant) before it issues again.
-    return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.lastRoundOk, mono, this.opts.roundMs);
+    return o !== undefined && o.state === 'ready' && mono < o.validUntil && withinReach(this.fleet.lastRoundOk, mono, this.opts.roundMs);
   }
 
   /**
@@ -710,165 +417,19 @@ export class RedisBus implements Bus {
    * Never for what an owner may issue (`serving`).
    */
   private inTouch(): boolean {
-    return this.loop.awakeSince(this.lastRoundOk) < REACH_ROUNDS * this.opts.roundMs;
+    return this.loop.awakeSince(this.fleet.lastRoundOk) < REACH_ROUNDS * this.opts.roundMs;
   }
 
   private reachable(shard: number): boolean {
-    const o = this.table[shard];
+    const o = this.fleet.table[shard];
     if (o === undefined) return false;
     const mono = this.clock.monotonic();
-    if (this.mine(shard)) return this.serving(shard);
+    if (this.fleet.mine(shard)) return this.serving(shard);
     // The owner's process must still be the one heard from: a restarted node does not answer for
     // shards its previous process held. Our own round's age counts only the time this loop was
     // running (a stall of ours is not the owner's silence); the owner's, by Redis's clock.
-    const m = this.members.get(o.owner);
+    const m = this.fleet.members.get(o.owner);
     return m !== undefined && m.fresh && m.epoch === o.ownerProcess && mono < o.expiresAt && this.inTouch();
-  }
-
-  /**
-   * A shard became ours: create its group if Redis lost it, replay the log and the reports retained
-   * behind the last snapshot, claim the previous owner's pending entries, then serve. After a blind
-   * takeover (Redis lost the table, so maybe the log) fold reports for a few rounds before issuing.
-   */
-  private async takeover(shard: number, st: Owned, blind: boolean): Promise<void> {
-    const current = (): boolean => this.owned.get(shard) === st && !this.closed;
-    try {
-      this.stats.takeovers++;
-      await this.ensureGroup(shard);
-      // Fenced and read in one step: every grant an earlier owner can still have issued is in this log.
-      const raised = await this.raiseFence(shard, st, true);
-      if (!current()) return;
-      if (typeof raised === 'number') return this.standDown(shard, raised, st);
-      // No settled fence before ours: Redis lost this shard's data (or it never had an owner). The log
-      // may be gone; the members' reports are the record, and only once all of them have come in.
-      if (!raised.settled) blind = true;
-      const log = raised.log;
-      const reports = (await this.redis.call('XRANGE', this.key(shard, 'reports'), '-', '+')) as StreamEntries;
-      if (!current()) return;
-      const entries: LogEntry[] = [];
-      for (const [, flat] of [...log, ...reports]) {
-        const env = this.tryOpen(EnvelopeCodec.fromStream(flat));
-        if (env !== undefined) entries.push(...logEntries(env));
-      }
-      this.owner!.replay(entries);
-      const lastReport = reports[reports.length - 1]?.[0];
-      if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;
-      let cursor = '0-0';
-      do {
-        const [next, claimed] = (await this.redis.call('XAUTOCLAIM', this.key(shard, 'reports'), GROUP, this.consumer, '0', cursor, 'COUNT', READ_COUNT)) as [string, StreamEntries];
-        if (!current()) return;
-        await this.fold(shard, claimed, true, []);
-        cursor = next;
-      } while (cursor !== '0-0');
-      st.settleUntil = blind ? this.clock.monotonic() + BLIND_SETTLE_ROUNDS * this.opts.roundMs : 0;
-      if (blind) {
-        st.checkedIn = new Map();
-        st.state = 'settling';
-      } else this.settled(shard, st);
-    } catch (err) {
-      this.warn(err, 'takeover failed; retried next round');
-      if (current()) this.owned.delete(shard);
-    }
-  }
-
-  private async ensureGroup(shard: number): Promise<void> {
-    try {
-      await this.redis.call('XGROUP', 'CREATE', this.key(shard, 'reports'), GROUP, '0', 'MKSTREAM');
-    } catch (err) {
-      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
-    }
-  }
-
-  // ---- reading and folding reports --------------------------------------------------------------
-
-  /**
-   * The owner's read loop on its own connection: a blocking XREADGROUP over every shard it serves
-   * (on a Redis Cluster, whose multi-key reads must stay in one slot, one read per shard each round).
-   */
-  private async readLoop(): Promise<void> {
-    while (!this.closed) {
-      const shards = [...this.owned].filter(([, o]) => o.state !== 'taking').map(([s]) => s);
-      try {
-        if (shards.length === 0 || this.identity === undefined) {
-          await sleep(this.opts.roundMs);
-          continue;
-        }
-        const block = 2 * this.opts.roundMs;
-        const results: Array<[string, StreamEntries]> = [];
-        if (this.cluster) {
-          const each = await Promise.all(shards.map((s) => this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'STREAMS', this.key(s, 'reports'), '>')));
-          for (const r of each as Array<Array<[string, StreamEntries]> | null>) results.push(...(r ?? []));
-          if (results.length === 0) await sleep(this.opts.roundMs);
-        } else {
-          const keys = shards.map((s) => this.key(s, 'reports'));
-          const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
-          results.push(...(r ?? []));
-        }
-        // Everything read in one go is answered in one go: one message per node, one log entry per shard.
-        const out: OwnerMessage[] = [];
-        const acks = results.map((res) => this.fold(Number(/\{s(\d+)\}/.exec(res[0])?.[1]), res[1], false, out));
-        this.route(out);
-        await Promise.all(acks);
-      } catch (err) {
-        if (this.closed) break;
-        if (String((err as Error).message).includes('NOGROUP')) {
-          // Redis lost the stream (restarted empty): recreate the groups and go on.
-          await Promise.all(shards.map((s) => this.ensureGroup(s).catch(() => undefined)));
-        } else this.warn(err, 'reading shard streams failed');
-        await sleep(this.opts.roundMs);
-      }
-    }
-  }
-
-  /**
-   * Folds report entries of a shard and acks them; an entry that can never be folded goes to the dead
-   * letter stream and is acked too, so nothing stays pending. During a takeover or a blind settle,
-   * entries only rebuild ledgers (replay), nothing is issued. Entries of a shard no longer ours stay
-   * pending for its next owner. Messages for nodes go to `out`; resolves once the entries are acked.
-   */
-  private fold(shard: number, entries: StreamEntries, replayOnly: boolean, out: OwnerMessage[]): Promise<unknown> {
-    const st = this.owned.get(shard);
-    if (st === undefined || entries.length === 0) return Promise.resolve();
-    const acks: string[] = [];
-    for (const [id, flat] of entries) {
-      st.lastRead = id;
-      if (flat === null) {
-        acks.push(id); // trimmed while pending: nothing left to fold
-        continue;
-      }
-      const fields = EnvelopeCodec.fromStream(flat);
-      let env: Envelope;
-      try {
-        env = this.codec.open(fields);
-        if (env.t !== 'reports' || env.body.shard !== shard) throw new EnvelopeError('malformed', `t: a ${env.t} entry for shard ${env.t === 'reports' ? env.body.shard : '?'} in shard ${shard}'s report stream`);
-      } catch (err) {
-        this.deadLetter(shard, id, fields, err);
-        acks.push(id);
-        continue;
-      }
-      try {
-        // Not serving (taking over, settling, lease in doubt, Redis out of reach, leaving): merge, issue nothing.
-        if (replayOnly || this.closed || !this.serving(shard)) this.owner!.replay([{ kind: 'report', batch: env.body }]);
-        else out.push(...this.owner!.onReports(env.body));
-        this.stats.entriesFolded++;
-        st.dirty = true;
-      } catch (err) {
-        this.deadLetter(shard, id, fields, err, 'fold');
-      }
-      acks.push(id);
-    }
-    return acks.length ? this.redis.call('XACK', this.key(shard, 'reports'), GROUP, ...acks) : Promise.resolve();
-  }
-
-  private deadLetter(shard: number, id: string, fields: Record<string, string>, err: unknown, reason?: 'fold'): void {
-    const why: RejectReason | 'fold' = reason ?? (err instanceof EnvelopeError ? err.reason : 'malformed');
-    this.stats.rejected[why]++;
-    this.stats.deadLettered++;
-    const flat = Object.entries(fields).flatMap(([k, v]) => [`entry.${k}`, v]);
-    this.redis
-      .call('XADD', this.key(shard, 'dead'), 'MAXLEN', '~', '10000', '*', 'reason', why, 'error', String((err as Error)?.message ?? err), 'id', id, ...flat)
-      .catch((e: Error) => this.warn(e, 'dead-letter write failed'));
-    this.warn(err, `bus entry rejected (${why})`, { shard, id });
   }
 
   private tryOpen(fields: Readonly<Record<string, unknown>>): Envelope | undefined {
@@ -880,110 +441,11 @@ export class RedisBus implements Bus {
     }
   }
 
-  // ---- owner messages, the grant log and snapshots ----------------------------------------------
+  // ---- owner messages ---------------------------------------------------------------------------
 
-  /**
-   * Sends owner messages: to this node in process, to others on their Redis channel, and an ask's
-   * answer (`answer`) on the connection it came by, or the asker's channel. Grants go to the log, and
-   * to other nodes only once the log has all they state: a later owner replays the log, and must not
-   * issue that credit again. A grant whose credit beyond the float's was on record already (an ask
-   * the owner's float covered) goes first and is logged after. A grant the log could not take is
-   * withheld (the ledger counts it issued, which costs accuracy, never safety), and after a write that
-   * was taken the owner knows its grants are on record. Messages to one node leave in the order they
-   * were made, this node's own included.
-   */
-  private route(messages: readonly OwnerMessage[], answer?: { re: number; to: string; reply?: (frame: string) => void }): void {
-    const byNode = new Map<string, OwnerMessage[]>();
-    if (answer !== undefined) byNode.set(answer.to, []);
-    for (const m of messages) {
-      const list = byNode.get(m.nodeId);
-      if (list === undefined) byNode.set(m.nodeId, [m]);
-      else list.push(m);
-    }
-    // An ask's answer takes the connection that is not auto-pipelined (no wait for the next turn).
-    const conn = answer === undefined ? this.redis : this.fast;
-    // Written once the asker's answer has gone if it need not wait for it (the float covered it).
-    let logged: Promise<boolean> | undefined;
-    const log = (): Promise<boolean> => (logged ??= this.logGrants(messages, conn));
-    for (const [nodeId, list] of byNode) {
-      const asker = nodeId === answer?.to;
-      // This process's own node too gets grants only once they are on record, in order.
-      const own = nodeId === this.identity?.nodeId && !asker;
-      const send = (out: OwnerMessage[], re: number): void => {
-        if (own) {
-          for (const m of out) this.deliver?.(m);
-          return;
-        }
-        const frame = EnvelopeCodec.toJson(this.codec.seal('messages', { re, nodeId, messages: out }));
-        this.stats.messagesSent++;
-        if (asker && answer.reply !== undefined) answer.reply(frame);
-        else conn.publish(this.channel(nodeId), frame).catch((err: Error) => this.warn(err, 'publish failed'));
-      };
-      const re = asker ? answer.re : 0;
-      // A grant all of whose credit is on record already (an ask the float covered) need not wait.
-      const waits = list.some((m) => m.type === 'grant' && this.owner!.onRecord?.(m) !== true);
-      this.inOrder(nodeId, waits ? log() : undefined, (ok) => {
-        const rest = ok ? list : list.filter((m) => m.type !== 'grant');
-        this.stats.grantsWithheld += list.length - rest.length;
-        if (ok || rest.length > 0) send(rest, ok ? re : 0);
-      });
-    }
-    void log();
-  }
-
-  /**
-   * Runs `go` once `ready` (a log write) has settled and everything sent to `nodeId` before has
-   * gone — at once when nothing is waiting — so a recall never overtakes the grant before it.
-   */
-  private inOrder(nodeId: string, ready: Promise<boolean> | undefined, go: (ok: boolean) => void): void {
-    const prev = this.sends.get(nodeId);
-    if (prev === undefined && ready === undefined) return go(true);
-    const next = (prev ?? Promise.resolve())
-      .then(() => ready ?? true)
-      .then(go)
-      .catch((err: unknown) => this.warn(err, 'owner messages not sent'));
-    this.sends.set(nodeId, next);
-    void next.finally(() => {
-      if (this.sends.get(nodeId) === next) this.sends.delete(nodeId);
-    });
-  }
-
-  /**
-   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write was
-   * taken — not refused by the log's fence — whenever its reply comes. Only such grants may go out;
-   * the owner learns of each that its grants are on record (`logged`).
-   */
-  private logGrants(messages: readonly OwnerMessage[], conn: Client = this.redis): Promise<boolean> {
-    const grants = new Map<number, Grant[]>();
-    for (const m of messages) {
-      if (m.type !== 'grant') continue;
-      const s = shardOf(m.keyId, m.windowId, this.opts.shards);
-      const g = grants.get(s);
-      if (g === undefined) grants.set(s, [m]);
-      else g.push(m);
-    }
-    const writes: Array<Promise<boolean>> = [];
-    for (const [shard, list] of grants) {
-      const o = this.owned.get(shard);
-      if (o !== undefined) o.dirty = true;
-      const write = this.appendGrants(shard, this.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), list[0]!.ownerEpoch, conn);
-      // On record means replayed by any later owner: it raises the log's fence before it reads the log,
-      // so a write that reached Redis after that was refused. No lease time to check.
-      writes.push(
-        write.then((written) => {
-          if (written) this.owner?.logged?.(list);
-          return written;
-        }),
-      );
-      // Writes go on two connections, so a later one may finish first: wait for all of them.
-      const prev = this.logWrites.get(shard);
-      const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
-      this.logWrites.set(shard, pending);
-      void pending.finally(() => {
-        if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
-      });
-    }
-    return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
+  /** Sends owner messages (`MessageRouter.route`). */
+  private route(messages: readonly OwnerMessage[], answer?: Answer): void {
+    this.router.route(messages, answer);
   }
 
   /**
@@ -993,208 +455,10 @@ export class RedisBus implements Bus {
   private refillFloats(): void {
     const floats = this.owner?.refillFloats?.((s) => this.serving(s)) ?? [];
     if (floats.length === 0) return;
-    void this.logGrants(floats).then((ok) => {
+    void this.log.logGrants(floats).then((ok) => {
       // A float on record may refill a window announced exhausted: tell its leases now.
       if (ok && !this.closed) this.route(this.owner!.takeOutbox());
     });
-  }
-
-  /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */
-  private snapshots(mono: number): void {
-    const every = this.opts.snapshotMs ?? 1000;
-    for (const [s, o] of this.owned) {
-      if (this.serving(s) && o.dirty && mono - o.snapshotAt >= every) {
-        o.snapshotAt = mono;
-        o.dirty = false;
-        this.writeSnapshot(s).catch((err: unknown) => this.warn(err, 'snapshot failed'));
-      }
-    }
-  }
-
-  /**
-   * Checkpoints a shard and trims the log and reports behind it, less two rounds (B4), in one fenced
-   * script (`lua/snapshot.lua`): a deposed owner finds its successor's higher epoch and does nothing.
-   */
-  private async writeSnapshot(shard: number): Promise<void> {
-    const o = this.owned.get(shard);
-    if (o === undefined || !this.serving(shard)) return;
-    const fields = flatFields(this.codec.seal('snapshot', { shard, entries: this.owner!.snapshot(shard), epoch: o.epoch }));
-    const id = await (this.redis as unknown as ScriptCommands).frlSnapshot(
-      this.key(shard, 'log'),
-      this.key(shard, 'reports'),
-      this.key(shard, 'fence'),
-      String(o.epoch),
-      this.process,
-      String(2 * this.opts.roundMs),
-      o.lastRead.split('-')[0]!,
-      ...fields,
-    );
-    if (id) this.stats.snapshots++;
-    else if ((await this.clearForgedFences(shard, o.epoch)) || (await this.fenceStands(shard, o))) o.dirty = true;
-  }
-
-  /**
-   * Raises the fence of a shard's log (`lua/fence.lua`) under `o`'s epoch, reading the log in the same
-   * step when `read`. Returns the log and whether the fence it replaced was a settled one sealed with
-   * the bus secret, or else the epoch of the genuine fence that stands. What stands is judged by its
-   * seal: a fence whose seal does not verify was written without the bus secret, and one whose plain
-   * fields differ from its seal was tampered with; either is counted. One whose seal does not stand
-   * against us is replaced by ours; one whose seal does is put back as sealed, and stands.
-   */
-  private async raiseFence(shard: number, o: Owned, read: boolean): Promise<{ log: StreamEntries; settled: boolean } | number> {
-    const epoch = o.epoch;
-    const { nodeId, nodeEpoch } = this.identity!;
-    const raise = (e: number, holder: string, seal: string, found: string) =>
-      (this.redis as unknown as ScriptCommands).frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
-    const mine = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
-    for (let found = '', tries = 0; tries < 3; tries++) {
-      const reply = await raise(epoch, this.process, mine, found);
-      if (reply[0] === 1) {
-        o.seal = mine;
-        return { log: reply[2], settled: this.openFence(shard, reply[1])?.settled === true };
-      }
-      const [, standing, holder, seal] = reply;
-      const sealed = this.openFence(shard, seal);
-      const sealedHolder = sealed === undefined ? '' : `${sealed.nodeId}/${sealed.nodeEpoch}`;
-      const tampered = sealed === undefined || String(sealed.epoch) !== standing || sealedHolder !== holder;
-      if (tampered) {
-        this.stats.rejected.malformed++;
-        this.warn(new Error(`fence of shard ${shard} at epoch ${standing} is not as sealed`), 'log fence written without the bus secret', { shard });
-      }
-      if (sealed !== undefined && (sealed.epoch > epoch || (sealed.epoch === epoch && sealedHolder !== this.process))) {
-        if (tampered) await raise(sealed.epoch, sealedHolder, seal, seal);
-        return sealed.epoch;
-      }
-      found = seal; // replaced only if still exactly this one
-    }
-    throw new Error(`shard ${shard}: the log fence keeps changing under us`);
-  }
-
-  /** A fence seal's body if it verifies and names this shard. */
-  private openFence(shard: number, seal: string): Bodies['fence'] | undefined {
-    try {
-      const env = this.codec.open(EnvelopeCodec.fromJson(seal));
-      return env.t === 'fence' && env.body.shard === shard ? env.body : undefined;
-    } catch {
-      return undefined;
-    }
-  }
-
-  /**
-   * A blind owner whose members have all checked in since: ready once its read loop has folded the
-   * report stream up to the entry that was last at that moment (asked once, then checked each round).
-   */
-  private readPast(shard: number, o: Owned): void {
-    if (o.readTo === undefined) {
-      o.readTo = '';
-      (this.redis.call('XREVRANGE', this.key(shard, 'reports'), '+', '-', 'COUNT', '1') as Promise<StreamEntries>)
-        .then((last) => {
-          o.readTo = last[0]?.[0] ?? '0-0';
-        })
-        .catch((err: unknown) => {
-          o.readTo = undefined;
-          this.warn(err, 'reading the report stream failed');
-        });
-      return;
-    }
-    if (o.readTo !== '' && !streamIdBelow(o.lastRead, o.readTo)) this.settled(shard, o);
-  }
-
-  /**
-   * The shard's ledgers are rebuilt: serve it, and re-seal our fence `settled`, so that the next owner
-   * knows the log is whole and need not wait for every member's reports.
-   */
-  private settled(shard: number, o: Owned): void {
-    o.state = 'ready';
-    const { nodeId, nodeEpoch } = this.identity!;
-    const seal = EnvelopeCodec.toJson(this.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
-    (this.redis as unknown as ScriptCommands)
-      .frlFence(this.key(shard, 'fence'), this.key(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
-      .then((reply) => {
-        if (reply[0] === 1) o.seal = seal;
-      })
-      .catch((err: unknown) => this.warn(err, 'sealing the log fence settled failed'));
-  }
-
-  /**
-   * A genuine fence of epoch `standing` stands against us: a later owner took the shard, or our table
-   * epoch is behind one the log has seen (Redis lost the table but not the log's fence). Stop serving
-   * it at once, learn that epoch, and give the shard up in the next round: a claim after that (ours
-   * or another's) gets a higher epoch, so nobody renews one the fence refuses for good.
-   */
-  private standDown(shard: number, standing: number, o: Owned): void {
-    if (this.owned.get(shard) !== o) return;
-    this.maxEpoch = Math.max(this.maxEpoch, standing);
-    this.relinquish.set(shard, o.epoch);
-    this.owned.delete(shard);
-    this.warn(new Error(`shard ${shard}: the log is fenced under owner epoch ${standing}`), 'stopped serving a shard whose log a later owner fenced');
-  }
-
-  /**
-   * A write of ours was refused by the log's fence: a forged one is replaced (the write is tried
-   * again by the next round's work), a genuine one means this node stands down. Returns whether it
-   * may write again.
-   */
-  private async fenceStands(shard: number, o: Owned): Promise<boolean> {
-    const epoch = o.epoch;
-    if (this.owned.get(shard) !== o) return false;
-    const raised = await this.raiseFence(shard, o, false);
-    if (typeof raised !== 'number') return this.owned.get(shard) === o;
-    if (o.epoch === epoch) this.standDown(shard, raised, o);
-    return false;
-  }
-
-  /**
-   * The snapshot script found a higher epoch in the log: a successor's, or an entry written by someone
-   * without the bus secret (whose plain `epoch` would stop checkpoints and trimming for good). Entries
-   * whose envelope does not verify, or signs another epoch, are deleted and counted; returns whether any
-   * was, so the checkpoint is tried again. A real successor's entry stays, and this owner stands down.
-   */
-  private async clearForgedFences(shard: number, mine: number): Promise<boolean> {
-    const entries = (await this.redis.call('XREVRANGE', this.key(shard, 'log'), '+', '-', 'COUNT', '256')) as StreamEntries;
-    const forged: string[] = [];
-    for (const [id, flat] of entries) {
-      const fields = EnvelopeCodec.fromStream(flat);
-      const plain = Number(fields.epoch);
-      if (!(plain > mine)) continue;
-      let reason: RejectReason | undefined;
-      try {
-        const env = this.codec.open(fields);
-        // An older release signs no epoch (nor does a snapshot of no grants): its entry verified, so
-        // it was written with the bus secret and stands.
-        const signed = env.t === 'grants' ? (env.body.epoch ?? env.body.grants[0]?.ownerEpoch) : env.t === 'snapshot' ? env.body.epoch : undefined;
-        if (signed !== undefined && signed !== plain) reason = 'malformed';
-      } catch (err) {
-        reason = err instanceof EnvelopeError ? err.reason : 'malformed';
-      }
-      if (reason === undefined) return false;
-      this.stats.rejected[reason]++;
-      forged.push(id);
-    }
-    if (forged.length === 0) return false;
-    await this.redis.call('XDEL', this.key(shard, 'log'), ...forged);
-    this.warn(new Error(`${forged.length} log entries with an epoch their envelope does not sign`), 'forged log entries deleted', { shard, ids: forged });
-    return true;
-  }
-
-  /**
-   * Every few rounds, per shard served: report entries still pending with another consumer for over
-   * two rounds (delivered to a deposed owner's last blocking read) are claimed and folded.
-   */
-  private claimStranded(): void {
-    if (this.stats.rounds % CLAIM_EVERY_ROUNDS !== 0) return;
-    for (const [s, o] of this.owned) {
-      if (!this.serving(s) || o.claimRound === this.stats.rounds) continue;
-      o.claimRound = this.stats.rounds;
-      (this.redis.call('XAUTOCLAIM', this.key(s, 'reports'), GROUP, this.consumer, String(2 * this.opts.roundMs), '0-0', 'COUNT', READ_COUNT) as Promise<[string, StreamEntries]>)
-        .then(async ([, claimed]) => {
-          const out: OwnerMessage[] = [];
-          const acked = this.fold(s, claimed, false, out);
-          this.route(out);
-          await acked;
-        })
-        .catch((err: unknown) => this.warn(err, 'claiming stranded entries failed'));
-    }
   }
 
   /**
@@ -1202,41 +466,9 @@ export class RedisBus implements Bus {
    * skipped — while Redis is out of reach or backed up (reports are cumulative, the next one makes up
    * for it).
    */
-  private append(key: string, fields: EnvelopeFields): Promise<boolean> | undefined {
-    if (!this.inTouch() || this.inflight > 4 * this.opts.shards) return undefined;
-    return this.written(this.redis.call('XADD', key, 'MAXLEN', '~', this.maxLength, '*', ...flatFields(fields)));
-  }
-
-  /**
-   * Grants onto the shard's log, unless a later owner fenced it (`lua/append-grants.lua`): always
-   * written, since a later owner must know them. Resolves with whether they are on record. A fence
-   * that refused them is looked into (`fenceStands`), and the grants are never sent.
-   */
-  private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: Client): Promise<boolean> {
-    const o = this.owned.get(shard);
-    const id = (conn as unknown as ScriptCommands).frlAppendGrants(this.key(shard, 'log'), this.key(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
-    return this.written(id).then((ok) => {
-      if (!ok && o !== undefined && this.owned.get(shard) === o) void this.fenceStands(shard, o).catch((err: unknown) => this.warn(err, 'reading the log fence failed'));
-      return ok;
-    });
-  }
-
-  private get maxLength(): string {
-    return String(this.opts.maxStreamLength ?? 100_000);
-  }
-
-  /** Counts a write in flight until it settles; resolves with whether Redis took it (an id, not false). */
-  private written(write: Promise<unknown>): Promise<boolean> {
-    this.inflight++;
-    return write
-      .then(
-        (id) => id !== null && id !== false,
-        (err: Error) => {
-          this.warn(err, 'stream write failed');
-          return false;
-        },
-      )
-      .finally(() => this.inflight--);
+  private append(shard: number, fields: EnvelopeFields): Promise<boolean> | undefined {
+    if (!this.inTouch()) return undefined;
+    return this.log.appendReport(shard, fields);
   }
 
   // ---- node side --------------------------------------------------------------------------------
@@ -1250,7 +482,7 @@ export class RedisBus implements Bus {
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.
-    if (this.append(this.key(batch.shard, 'reports'), this.codec.seal('reports', batch)) !== undefined) {
+    if (this.append(batch.shard, this.codec.seal('reports', batch)) !== undefined) {
       this.stats.reportsSent++;
       return true;
     }
@@ -1275,14 +507,14 @@ export class RedisBus implements Bus {
         if (g !== undefined) {
           // This node's own credit too is spent only once on record (or out of the float, which is):
           // a later owner replays the log, and what it lacks it would issue again.
-          const written = this.logGrants([g], this.fast);
+          const written = this.log.logGrants([g], this.fast);
           if (this.owner!.onRecord?.(g) === true) local.push(g);
           else unrecorded.push(written.then((ok) => (ok ? [g] : (this.stats.grantsWithheld++, []))));
         }
         this.route(this.owner!.takeOutbox());
         continue;
       }
-      const owner = this.table[shard]?.owner;
+      const owner = this.fleet.table[shard]?.owner;
       if (owner === undefined || !this.reachable(shard)) {
         missed = true;
         continue;
@@ -1302,7 +534,7 @@ export class RedisBus implements Bus {
   private sendAsk(owner: string, ask: Bodies['ask']): boolean {
     const frame = EnvelopeCodec.toJson(this.codec.seal('ask', ask));
     if (this.direct?.send(owner, frame)) return true;
-    this.fast.publish(this.channel(owner), frame).catch(() => undefined);
+    this.fast.publish(this.keys.channel(owner), frame).catch(() => undefined);
     return false;
   }
 
@@ -1315,13 +547,13 @@ export class RedisBus implements Bus {
     let w = 0;
     for (let i = 0; i < 20 && !this.closed; i++) {
       const owners = new Map<string, CreditRequest[]>();
-      const remote = new Set(this.table.filter((o, s) => o !== undefined && !this.mine(s)).map((o) => o!.owner));
+      const remote = new Set(this.fleet.table.filter((o, s) => o !== undefined && !this.fleet.mine(s)).map((o) => o!.owner));
       // Each probe asks for one credit of a new window of January 1970: it takes the whole path of a
       // first sight (new ledger, grant, apply), and its grant finds no bucket.
       for (let tries = 0; owners.size < remote.size && tries < 100 * this.opts.shards; tries++, w++) {
         const shard = shardOf(WARM_UP_KEY, w, this.opts.shards);
-        const o = this.table[shard];
-        if (o === undefined || this.mine(shard) || owners.has(o.owner)) continue;
+        const o = this.fleet.table[shard];
+        if (o === undefined || this.fleet.mine(shard) || owners.has(o.owner)) continue;
         owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
       }
       if (owners.size === 0) return;
@@ -1395,7 +627,7 @@ export class RedisBus implements Bus {
   /** Drops messages from an owner older than the one the table names for their shard (a deposed owner). */
   private current(messages: readonly OwnerMessage[]): OwnerMessage[] {
     return messages.filter((m) => {
-      const ok = m.ownerEpoch >= (this.table[shardOf(m.keyId, m.windowId, this.opts.shards)]?.epoch ?? 0);
+      const ok = m.ownerEpoch >= (this.fleet.table[shardOf(m.keyId, m.windowId, this.opts.shards)]?.epoch ?? 0);
       if (!ok) this.stats.staleMessages++;
       return ok;
     });
@@ -1410,48 +642,3 @@ export class RedisBus implements Bus {
   }
 }
 
-interface ScriptCommands {
-  frlRound(...args: string[]): Promise<unknown>;
-  frlSnapshot(...args: string[]): Promise<string | null>;
-  frlFence(...args: string[]): Promise<[1, string, StreamEntries] | [0, string, string, string]>;
-  frlAppendGrants(...args: string[]): Promise<string | null>;
-}
-
-/** A verified statement (`beatField`) as an owner keeps it, its Redis times mapped by `at`. */
-function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
-  const stale = new Map<number, number>();
-  for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
-}
-
-/** What `lua/round.lua` returns. */
-type RoundReply = [now: string, members: string[], owners: string[], blind: string[], left: string[], held: string[]];
-
-/** Whether stream entry id `a` (`ms-seq`) comes before `b`. */
-function streamIdBelow(a: string, b: string): boolean {
-  const [am = 0, as = 0] = a.split('-').map(Number);
-  const [bm = 0, bs = 0] = b.split('-').map(Number);
-  return am < bm || (am === bm && as < bs);
-}
-
-function flatFields(f: EnvelopeFields): string[] {
-  return ['v', f.v, 'kid', f.kid, 't', f.t, 'b', f.b, 'mac', f.mac];
-}
-
-/** What a log or report entry contributes to a replay. */
-function logEntries(env: Envelope): LogEntry[] {
-  switch (env.t) {
-    case 'reports':
-      return [{ kind: 'report', batch: env.body }];
-    case 'grants':
-      return env.body.grants.map((grant) => ({ kind: 'grant', grant }));
-    case 'snapshot':
-      return env.body.entries;
-    default:
-      return [];
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}

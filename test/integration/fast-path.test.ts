@@ -134,10 +134,10 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     await a.bus.ready();
     const keyId = keysOwnedBy(a, 'a', 'own')();
     // Every log write of a's held for a second (Redis itself runs on).
-    const bus = a.bus as unknown as { appendGrants: (...args: unknown[]) => Promise<boolean> };
-    const append = bus.appendGrants.bind(a.bus);
+    const log = (a.bus as unknown as { log: { appendGrants: (...args: unknown[]) => Promise<boolean> } }).log;
+    const append = log.appendGrants.bind(log);
     let written = 0;
-    bus.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
+    log.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
     const r = await a.node.acquire(keyId, limits(100));
     expect(r.admitted, 'admitted on credit not yet on record').to.equal(false);
     // Busy for eight rounds meanwhile: its reports ask for top-ups, which wait for the log too.

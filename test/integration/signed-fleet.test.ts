@@ -332,12 +332,12 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const deposed = b.bus.owners()[shard]!.epoch;
     // b's log writes wait for a signal (its connection to Redis held up); b answers a's ask with a
     // grant whose write is out, then b stalls and a takes the shard over.
-    const bus = b.bus as unknown as { appendGrants: (...args: unknown[]) => Promise<boolean> };
-    const append = bus.appendGrants.bind(b.bus);
+    const log = (b.bus as unknown as { log: { appendGrants: (...args: unknown[]) => Promise<boolean> } }).log;
+    const append = log.appendGrants.bind(log);
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     const results: boolean[] = [];
-    bus.appendGrants = (...args: unknown[]) => gate.then(() => append(...args)).then((ok) => (results.push(ok), ok));
+    log.appendGrants = (...args: unknown[]) => gate.then(() => append(...args)).then((ok) => (results.push(ok), ok));
     void a.node.acquire(keyId, limits(1));
     await until(() => b.owner.issued(keyId, WINDOW_MS, windowId) > 0, 'b to issue the grant');
     b.rounds(false);

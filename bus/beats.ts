@@ -1,0 +1,92 @@
+import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
+import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
+import type { RedisBusStats } from './redis.js';
+import type { NodeIdentity } from './types.js';
+
+/** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
+const MAX_STATEMENT = 65_536;
+
+/**
+ * Heartbeat statements (`frl:{ctl}:beats`): this node's own, sealed for its next round, and the
+ * members' as the round reply brings them, opened and verified.
+ */
+export class BeatStatements {
+  /** Redis time of the last round reply applied, and this process's monotonic time when it came back. */
+  private replyAt = 0;
+  private replyGot: number | undefined;
+  /** Members whose statement is refused now (counted once as they turn so, not at every round). */
+  private readonly refused = new Set<string>();
+
+  constructor(
+    private readonly codec: EnvelopeCodec,
+    private readonly stats: RedisBusStats,
+    private readonly warn: (err: unknown, msg: string) => void,
+  ) {}
+
+  /** A round reply was applied: made at `redisNow` (Redis ms), back at `got` (monotonic). */
+  replied(redisNow: number, got: number): void {
+    this.replyAt = redisNow;
+    this.replyGot = got;
+  }
+
+  /** A member is forgotten: a statement of a member by that name is counted again once refused. */
+  forget(nodeId: string): void {
+    this.refused.delete(nodeId);
+  }
+
+  /**
+   * This node's heartbeat statement as the round script stores it: a sealed `beat` envelope (its last,
+   * with `left`, as it leaves). Its contact times (`NodeBeat.contact`, this process's monotonic time)
+   * in Redis ms, mapped through the last reply as if Redis had run it when the reply came back — which
+   * is never earlier than it did, so a stated time is never later than the contact was. Before any
+   * reply, nothing is known: everything is stated as heard at 0. Sealed, so that nobody without the
+   * bus secret can state a member's contact fresh, its self-grant folded, or its leave.
+   */
+  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, leave: boolean): string {
+    const { replyGot } = this;
+    const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
+    const groups = new Map<number, number[]>();
+    for (const [s, t] of c.stale) {
+      const at = Math.max(0, t);
+      const g = groups.get(at);
+      if (g === undefined) groups.set(at, [s]);
+      else g.push(s);
+    }
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
+    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(leave ? { left: true } : {}) }));
+  }
+
+  /**
+   * A member's stored statement, if it verifies and names that member; otherwise undefined, counted by
+   * reason when the member's statements turn unverifiable (every round reads them again). An empty one
+   * (a release that signs none, or a field someone deleted) says nothing either.
+   */
+  open(nodeId: string, field: string): Bodies['beat'] | undefined {
+    if (field === '') return undefined;
+    let reason: RejectReason;
+    try {
+      if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
+      const env = this.codec.open(EnvelopeCodec.fromJson(field));
+      if (env.t === 'beat' && env.body.nodeId === nodeId) {
+        this.refused.delete(nodeId);
+        return env.body;
+      }
+      reason = 'malformed';
+    } catch (err) {
+      reason = err instanceof EnvelopeError ? err.reason : 'malformed';
+    }
+    if (!this.refused.has(nodeId)) {
+      this.refused.add(nodeId);
+      this.stats.rejected[reason]++;
+      this.warn(new Error(`${reason}: statement of member ${nodeId}`), 'heartbeat statement refused; the member owns nothing and is held back');
+    }
+    return undefined;
+  }
+}
+
+/** A verified statement (`BeatStatements.seal`) as an owner keeps it, its Redis times mapped by `at`. */
+export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
+  const stale = new Map<number, number>();
+  for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
+}

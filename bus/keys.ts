@@ -1,0 +1,70 @@
+/**
+ * The Redis bus's key layout (prefix `frl`, hash tags so a Redis Cluster spreads shards over slots
+ * and keeps the control keys in one), and the formats of the names and table entries stored there:
+ *
+ * - `frl:{ctl}:members` zset, `frl:{ctl}:epochs` hash, `frl:{ctl}:owners` hash — membership and the
+ *   ownership table, changed only by `lua/round.lua`, run once per round by every member.
+ * - `frl:{s<N>}:reports` — shard N's stream: one entry per node per round (B2), read by the owner
+ *   through consumer group `owners`, acked once folded; a new owner claims the old one's pending.
+ * - `frl:{s<N>}:log` — grants the owner issued and its periodic snapshots: what a new owner replays.
+ * - `frl:{s<N>}:dead` — entries that can never be folded (bad MAC, version, field), with the reason.
+ * - `frl:{s<N>}:fence` — the log's fence: no grant or checkpoint from a lower owner epoch.
+ * - channel `frl:node:<nodeId>` — fast-path asks to an owner and owner messages (grants, recalls) to a node.
+ *
+ * The bus, the admin API and the maintenance jobs all build their keys here.
+ */
+
+/** A control key: one Redis Cluster slot for all of them. */
+export type ControlKey = 'members' | 'epochs' | 'owners' | 'left' | 'beats' | 'status' | `peer:${string}`;
+
+/** A per-shard key: `{s<N>}` puts all of one shard's keys in one slot. */
+export type ShardKey = 'reports' | 'log' | 'dead' | 'fence';
+
+/** The consumer group of every shard's report stream. */
+export const GROUP = 'owners';
+
+/** Key and channel names under one prefix. */
+export class KeySchema {
+  constructor(readonly prefix = 'frl') {}
+
+  ctl(name: ControlKey): string {
+    return `${this.prefix}:{ctl}:${name}`;
+  }
+
+  shard(shard: number, name: ShardKey): string {
+    return `${this.prefix}:{s${shard}}:${name}`;
+  }
+
+  /** A node's pub/sub channel. */
+  channel(nodeId: string): string {
+    return `${this.prefix}:node:${nodeId}`;
+  }
+}
+
+/** A process (node id and node epoch) as the ownership table and the log's fence name it. */
+export function processName(nodeId: string, nodeEpoch: string): string {
+  return `${nodeId}/${nodeEpoch}`;
+}
+
+/** A process's consumer name in the shards' report groups. */
+export function consumerName(nodeId: string, nodeEpoch: string): string {
+  return `${nodeId}:${nodeEpoch}`;
+}
+
+/** One field of `frl:{ctl}:owners`, as `lua/round.lua` writes it: `nodeId/nodeEpoch|ownerEpoch|expiresAt`. */
+export interface OwnerEntry {
+  /** Node id of the owning process ('' when the entry names none). */
+  readonly node: string;
+  readonly nodeEpoch: string;
+  /** The fencing epoch (NaN when the entry holds no number). */
+  readonly epoch: number;
+  /** When the lease lapses, in Redis ms (NaN when the entry holds no number). */
+  readonly expiresAt: number;
+}
+
+/** Reads an owners-table field; anything missing reads as empty, or as 0 for the numbers. */
+export function parseOwnerEntry(value: string): OwnerEntry {
+  const [token = '', epoch = '0', exp = '0'] = value.split('|');
+  const [node = '', nodeEpoch = ''] = token.split('/');
+  return { node, nodeEpoch, epoch: Number(epoch), expiresAt: Number(exp) };
+}

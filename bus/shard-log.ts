@@ -1,0 +1,150 @@
+import { shardOf, type Grant, type OwnerMessage } from '../lib/protocol/messages.js';
+import type { EnvelopeFields } from './codec.js';
+import { processName } from './keys.js';
+import type { LogFence } from './log-fence.js';
+import type { OwnerContext } from './owner-context.js';
+import type { RedisClient } from './redis-connection.js';
+import { flatFields, scripts } from './scripts.js';
+
+/**
+ * Writes to the shards' streams: the grants an owner issues and its checkpoints onto each shard's log
+ * (`frl:{sN}:log`, behind the log's fence), and a node's report batches; counts the writes in flight.
+ */
+export class ShardLog {
+  /** Every grant-log write per shard still in flight (on either command connection), as one promise. */
+  private readonly logWrites = new Map<number, Promise<unknown>>();
+  private inflight = 0;
+
+  constructor(
+    private readonly ctx: OwnerContext,
+    private readonly fence: LogFence,
+  ) {}
+
+  /** The shard's grant-log writes still in flight (none: an empty list). */
+  pendingWrites(shard: number): Array<Promise<unknown>> {
+    const w = this.logWrites.get(shard);
+    return w === undefined ? [] : [w];
+  }
+
+  /**
+   * Appends grants to their shards' logs, one entry per shard; resolves with whether every write was
+   * taken — not refused by the log's fence — whenever its reply comes. Only such grants may go out;
+   * the owner learns of each that its grants are on record (`logged`).
+   */
+  logGrants(messages: readonly OwnerMessage[], conn: RedisClient = this.ctx.redis): Promise<boolean> {
+    const { ctx } = this;
+    const grants = new Map<number, Grant[]>();
+    for (const m of messages) {
+      if (m.type !== 'grant') continue;
+      const s = shardOf(m.keyId, m.windowId, ctx.opts.shards);
+      const g = grants.get(s);
+      if (g === undefined) grants.set(s, [m]);
+      else g.push(m);
+    }
+    const writes: Array<Promise<boolean>> = [];
+    for (const [shard, list] of grants) {
+      const o = ctx.owned.get(shard);
+      if (o !== undefined) o.dirty = true;
+      const write = this.appendGrants(shard, ctx.codec.seal('grants', { shard, grants: list, epoch: list[0]!.ownerEpoch }), list[0]!.ownerEpoch, conn);
+      // On record means replayed by any later owner: it raises the log's fence before it reads the log,
+      // so a write that reached Redis after that was refused. No lease time to check.
+      writes.push(
+        write.then((written) => {
+          if (written) ctx.owner()?.logged?.(list);
+          return written;
+        }),
+      );
+      // Writes go on two connections, so a later one may finish first: wait for all of them.
+      const prev = this.logWrites.get(shard);
+      const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
+      this.logWrites.set(shard, pending);
+      void pending.finally(() => {
+        if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
+      });
+    }
+    return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
+  }
+
+  /**
+   * Grants onto the shard's log, unless a later owner fenced it (`lua/append-grants.lua`): always
+   * written, since a later owner must know them. Resolves with whether they are on record. A fence
+   * that refused them is looked into (`LogFence.stands`), and the grants are never sent.
+   */
+  private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: RedisClient): Promise<boolean> {
+    const { ctx } = this;
+    const o = ctx.owned.get(shard);
+    const id = scripts(conn).frlAppendGrants(ctx.keys.shard(shard, 'log'), ctx.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
+    return this.written(id).then((ok) => {
+      if (!ok && o !== undefined && ctx.owned.get(shard) === o) void this.fence.stands(shard, o).catch((err: unknown) => ctx.warn(err, 'reading the log fence failed'));
+      return ok;
+    });
+  }
+
+  /**
+   * A report batch's XADD without waiting: resolves with whether it was written, or is undefined when
+   * skipped — while Redis is backed up (reports are cumulative, the next one makes up for it).
+   */
+  appendReport(shard: number, fields: EnvelopeFields): Promise<boolean> | undefined {
+    if (this.inflight > 4 * this.ctx.opts.shards) return undefined;
+    return this.written(this.ctx.redis.call('XADD', this.ctx.keys.shard(shard, 'reports'), 'MAXLEN', '~', this.maxLength, '*', ...flatFields(fields)));
+  }
+
+  /** Every `snapshotMs`, checkpoints each served shard that changed and trims what it covers (B4). */
+  snapshots(mono: number): void {
+    const every = this.ctx.opts.snapshotMs ?? 1000;
+    for (const [s, o] of this.ctx.owned) {
+      if (this.ctx.serving(s) && o.dirty && mono - o.snapshotAt >= every) {
+        o.snapshotAt = mono;
+        o.dirty = false;
+        this.writeSnapshot(s).catch((err: unknown) => this.ctx.warn(err, 'snapshot failed'));
+      }
+    }
+  }
+
+  /**
+   * Checkpoints a shard and trims the log and reports behind it, less two rounds (B4), in one fenced
+   * script (`lua/snapshot.lua`): a deposed owner finds its successor's higher epoch and does nothing.
+   */
+  async writeSnapshot(shard: number): Promise<void> {
+    const { ctx } = this;
+    const o = ctx.owned.get(shard);
+    if (o === undefined || !ctx.serving(shard)) return;
+    const fields = flatFields(ctx.codec.seal('snapshot', { shard, entries: ctx.owner()!.snapshot(shard), epoch: o.epoch }));
+    const id = await scripts(ctx.redis).frlSnapshot(
+      ctx.keys.shard(shard, 'log'),
+      ctx.keys.shard(shard, 'reports'),
+      ctx.keys.shard(shard, 'fence'),
+      String(o.epoch),
+      this.process,
+      String(2 * ctx.opts.roundMs),
+      o.lastRead.split('-')[0]!,
+      ...fields,
+    );
+    if (id) ctx.stats.snapshots++;
+    else if ((await this.fence.clearForged(shard, o.epoch)) || (await this.fence.stands(shard, o))) o.dirty = true;
+  }
+
+  /** This process as the ownership table and the log's fence name it. */
+  private get process(): string {
+    const me = this.ctx.identity()!;
+    return processName(me.nodeId, me.nodeEpoch);
+  }
+
+  private get maxLength(): string {
+    return String(this.ctx.opts.maxStreamLength ?? 100_000);
+  }
+
+  /** Counts a write in flight until it settles; resolves with whether Redis took it (an id, not false). */
+  private written(write: Promise<unknown>): Promise<boolean> {
+    this.inflight++;
+    return write
+      .then(
+        (id) => id !== null && id !== false,
+        (err: Error) => {
+          this.ctx.warn(err, 'stream write failed');
+          return false;
+        },
+      )
+      .finally(() => this.inflight--);
+  }
+}
