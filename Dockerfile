@@ -14,11 +14,11 @@ COPY middleware middleware
 COPY admin admin
 COPY demo demo
 COPY scripts scripts
-# express, helmet, bullmq and ioredis are the package's peers (devDependencies here); this image runs the
+# express, helmet, bullmq, ioredis and pino are the package's peers (devDependencies here); this image runs the
 # demo gateway, the admin API and the worker, so it installs them at the versions tested.
 RUN npm run build:runtime && npm prune --omit=dev \
  && npm install --no-save --omit=dev --ignore-scripts --no-audit --no-fund \
-      $(node -p "['express', 'helmet', 'bullmq', 'ioredis'].map((n) => n + '@' + require('./package.json').devDependencies[n]).join(' ')")
+      $(node -p "['express', 'helmet', 'bullmq', 'ioredis', 'pino'].map((n) => n + '@' + require('./package.json').devDependencies[n]).join(' ')")
 
 FROM node:20.19-bookworm-slim
 ENV NODE_ENV=production

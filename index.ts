@@ -33,6 +33,7 @@ export {
   type Problem,
 } from './lib/errors.js';
 export { systemClock, FakeClock, type Clock } from './lib/clock.js';
+export type { Logger } from './lib/logger.js';
 export type { LeaseNode } from './lib/lease-node.js';
 export { MemoryBus } from './bus/memory.js';
 export { RedisBus, type RedisBusOptions, type RedisBusStats } from './bus/redis.js';

@@ -1,4 +1,4 @@
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import { compilePolicy, type CompiledPolicy } from '../lib/policy.js';
 import { PolicyStore } from './policy-store.js';
 import { connect } from './redis-connection.js';

@@ -1,4 +1,4 @@
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import type { FleetView } from '../lib/fold-owner.js';
 import { REACH_ROUNDS, rejoining, SILENT_ROUNDS, withinReach, type NodeBeat } from '../lib/membership.js';

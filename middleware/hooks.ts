@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import type { LimitedInfo } from './quota.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { Request } from 'express';
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import { ErrorCode, RateLimiterError, WarningCode } from '../lib/errors.js';
 import type { KeyHasher } from '../lib/key-id.js';
 import { clientAddress, networkRange } from '../lib/network.js';

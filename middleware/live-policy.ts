@@ -1,4 +1,4 @@
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
 import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import { StoreSigner } from '../bus/store-signature.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Joi from 'joi';
 import type { Request } from 'express';
-import type { Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
 import type { Registry } from 'prom-client';
 import { secretKeys } from '../bus/codec.js';
 import type { RedisConnectionOptions } from '../bus/redis-options.js';
@@ -101,7 +101,7 @@ export interface RateLimiterOptions {
    * `/metrics` serves both); `limiter.metrics` is then that registry. @default a registry of its own
    */
   registry?: Registry;
-  /** pino logger. @default a pino logger at LOG_LEVEL (info) on stdout */
+  /** A pino logger, or any with pino's debug/info/warn/error(fields, msg). @default pino at LOG_LEVEL (info) on stdout, or the same JSON lines without pino installed */
   logger?: Logger;
   /** Time source. @default the system clock */
   clock?: Clock;

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, Response } from 'express';
-import { pino, type Logger } from 'pino';
+import type { Logger } from '../lib/logger.js';
+import { defaultLogger } from './default-logger.js';
 import { MemoryBus } from '../bus/memory.js';
 import type { PolicyFeed } from '../bus/policy-feed.js';
 import { EventLog } from '../bus/events.js';
@@ -37,7 +38,7 @@ export type { LimiterStats, RateLimiterMiddleware } from './types.js';
 export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware {
   const cfg = parseOptions(options);
   const clock = cfg.clock;
-  const logger: Logger = cfg.logger ?? pino({ name: 'fleet-ratelimit', level: process.env.LOG_LEVEL ?? 'info' });
+  const logger: Logger = cfg.logger ?? defaultLogger('fleet-ratelimit');
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   // Checked before anything is started: a taken node id, a registry holding other metrics of our names.
   const releaseNodeId = claimNodeId(cfg.nodeId);
