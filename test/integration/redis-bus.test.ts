@@ -181,10 +181,11 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     }, 'a lease for the held key');
     ctx.redis.pause();
     try {
-      await new Promise((r) => setTimeout(r, 200));
-      // Held credit: answered in process, synchronously.
+      // Held credit: answered in process, synchronously, with Redis stopped. (Asked at once: a lease
+      // left idle gives back what its fading demand no longer needs, rounds later — frozen or not.)
       const r1 = a.node.acquire(held, plan);
       expect(r1).to.deep.equal({ admitted: true });
+      await new Promise((r) => setTimeout(r, 200));
       // A first sight with the owner out of reach, in a window that began before the silence: denied
       // at once — no ask (F2), no promise, and no self-grant (F4: owners may have issued all of this
       // window before they held this node's share back).
