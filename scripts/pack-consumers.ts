@@ -41,7 +41,8 @@ ${POLICY_BODY}
     const key = req.get('x-api-key');
     return key ? { principal: key, tenant: 'acme' } : undefined;
   };
-  // One window of a day: the 12 requests below cannot straddle a window boundary (bar midnight UTC).
+  // One window of a day: the 12 requests below straddle its boundary (at a per-key time of day) only
+  // if it falls in the second they take.
   const daily = definePolicy({ ...demo.policy, version: 2, plans: { ...demo.policy.plans, free: { windows: [{ name: 'daily', limit: 10, windowMs: 86_400_000 }] } } });
   const options: RateLimiterOptions = { policy: daily, identify, routeClass: (req) => (req.path.startsWith('/payments') ? 'payments' : 'default') };
   const limiter = rateLimiter(options);
