@@ -7,6 +7,8 @@ export class Subject {
   readonly buckets: Bucket[];
   /** Round in which this subject last saw a request. */
   touchedRound = -1;
+  /** Round in which it was put at the young end of the map: touched since, it gets a second chance. */
+  queuedRound = -1;
   /** On the node's list of subjects to report this round. */
   listed = false;
   /** Dropped from the map (its final report is already queued). */
@@ -54,7 +56,8 @@ export class Subject {
 const EVICTION_SCAN = 32;
 
 /**
- * The node's buckets, keyed by key id, capped by LRU. Only buckets with no credit or of a past window,
+ * The node's buckets, keyed by key id, capped by LRU (approximated as a clock: a touch only stamps the
+ * round, the eviction scan gives a key touched since it was queued a second chance). Only buckets with no credit or of a past window,
  * already reported, are evicted; an evicted key is reloaded through the owner on next sight, under a
  * new lease (so nothing addressed to the old one can credit it); if every candidate
  * still holds credit the map grows past the cap rather than throw credit away, and counts it.
@@ -94,11 +97,8 @@ export class BucketMap {
     const found = this.map.get(keyId);
     if (found !== undefined) {
       if (found.limits === limits) {
-        // Re-inserting moves the key to the most recently used end; once per round is recent enough.
-        if (found.touchedRound !== round) {
-          this.map.delete(keyId);
-          this.map.set(keyId, found);
-        }
+        // Recency is a stamp: the eviction scan moves a key used since it was queued to the young end.
+        found.touchedRound = round;
         return found;
       }
       this.map.delete(keyId);
@@ -108,6 +108,7 @@ export class BucketMap {
     }
     // After a policy change, windows of the same length keep their lease: the owner still counts it.
     const subject = new Subject(keyId, limits, () => ++this.leases, found);
+    subject.queuedRound = round;
     this.makeRoom(subject.buckets.length, nowMs, round);
     this.map.set(keyId, subject);
     this.bucketCount += subject.buckets.length;
@@ -119,7 +120,7 @@ export class BucketMap {
     return this.map.get(keyId);
   }
 
-  /** Every subject, least recently used first. */
+  /** Every subject, least recently queued first. */
   values(): IterableIterator<Subject> {
     return this.map.values();
   }
@@ -130,12 +131,14 @@ export class BucketMap {
     for (const [keyId, subject] of this.map) {
       if (scanned++ >= EVICTION_SCAN || this.bucketCount + adding <= this.maxBuckets) break;
       this.map.delete(keyId);
-      // A key touched this round has not been reported yet: keep it until its final spend is sent.
-      if (subject.touchedRound !== round && subject.evictable(nowMs)) {
+      // Evicted unless used since it was queued (a second chance), touched this round (not reported
+      // yet: kept until its final spend is sent) or holding credit. The rest go to the young end,
+      // so the next scan looks at others.
+      if (subject.touchedRound <= subject.queuedRound && subject.touchedRound !== round && subject.evictable(nowMs)) {
         this.bucketCount -= subject.buckets.length;
         this.evictions++;
       } else {
-        // Still holds credit: give it another pass at the young end instead of scanning it again.
+        subject.queuedRound = round;
         this.map.set(keyId, subject);
       }
     }
