@@ -35,6 +35,8 @@ export {
 export { systemClock, FakeClock, type Clock } from './lib/clock.js';
 export type { Logger } from './lib/logger.js';
 export type { LeaseNode } from './lib/lease-node.js';
+export type { LocalCounters } from './lib/local-counters.js';
+export type { Enforcer, WindowQuota } from './lib/node-contract.js';
 export { MemoryBus } from './bus/memory.js';
 export { RedisBus, type RedisBusOptions, type RedisBusStats } from './bus/redis.js';
 export type { RedisConnectionOptions } from './bus/redis-options.js';

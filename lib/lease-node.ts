@@ -4,7 +4,7 @@ import type { Clock } from './clock.js';
 import { leaseTarget } from './lease-size.js';
 import { SILENT_ROUNDS } from './membership.js';
 import type { ResolvedLimits, WindowSpec } from './policy.js';
-import { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
+import { ADMITTED, type Acquired, type Denied, type Enforcer, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from './node-contract.js';
 import { shardOf, type Adjust, type CreditRequest, type Grant, type OwnerMessage, type Report, type ReportBatch } from './protocol/messages.js';
 import { windowEndMs, windowIdAt } from './window.js';
 
@@ -36,7 +36,7 @@ const IDLE_REPORT_ROUNDS = 8;
  * deadline, rationed per round as in `settle`); each round one report batch per shard. Tracks owner
  * contact per shard for the failure states F2–F5. No timers or I/O inside: the caller drives `endRound()` and the link.
  */
-export class LeaseNode {
+export class LeaseNode implements Enforcer {
   readonly buckets: BucketMap;
   readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0, charged: 0 };
   private roundNo = 0;
@@ -61,8 +61,8 @@ export class LeaseNode {
   private readonly contact: Float64Array;
   /** Highest owner epoch heard from for each shard: fencing against a deposed owner. */
   private readonly ownerEpochs: Float64Array;
-  /** The smallest of `contact`, as of the last round. */
-  private oldestContact: number;
+  /** Whether some owner's silence was past `degradedAfterMs` at the end of the last round. */
+  private isDegraded = false;
   /** Share of recent remote asks that missed their deadline, × 256. */
   private missed256 = 0;
 
@@ -74,7 +74,6 @@ export class LeaseNode {
     this.buckets = new BucketMap(cfg.maxBuckets, (s) => this.releaseAll(s));
     this.contact = new Float64Array(cfg.shards).fill(clock.monotonic());
     this.ownerEpochs = new Float64Array(cfg.shards);
-    this.oldestContact = clock.monotonic();
   }
 
   /** Current round number (grows by one per `endRound()`). */
@@ -84,11 +83,11 @@ export class LeaseNode {
 
   /**
    * True once some shard's owner has been out of reach for longer than `degradedAfterMs` (F5). Read
-   * on every request, so it uses the oldest contact as of the last round (contact only ever grows, so
-   * the answer can only lag by a round, on the side of saying "degraded").
+   * on every request (the X-RateLimit-Degraded header), so it is decided once per round, at its end:
+   * it may lag a round behind either way. Refusals do not read it: an ask checks its owner's silence.
    */
   get degraded(): boolean {
-    return this.clock.monotonic() - this.oldestContact > this.cfg.degradedAfterMs;
+    return this.isDegraded;
   }
 
   /** Milliseconds since the owner of `shard` was last heard from (0 while the transport reaches it). */
@@ -270,7 +269,7 @@ export class LeaseNode {
       if (this.link.reachable(s)) this.contact[s] = mono;
       oldest = Math.min(oldest, this.contact[s]!);
     }
-    this.oldestContact = oldest;
+    this.isDegraded = mono - oldest > this.cfg.degradedAfterMs;
     // Owners hold back this node's share in a shard where it granted itself credit until they fold
     // its first batch since (`lib/membership.ts`): a self-granted bucket is in every batch. The
     // contact times as they are now: a grant landing before the transport writes this heartbeat must

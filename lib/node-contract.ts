@@ -1,4 +1,5 @@
 import type { NodeBeat } from './membership.js';
+import type { ResolvedLimits } from './policy.js';
 import type { CreditRequest, Grant, ReportBatch } from './protocol/messages.js';
 
 /*
@@ -94,4 +95,40 @@ export interface LeaseNodeStats {
   reports: number;
   /** Requests admitted without credit (fail-open while degraded) charged to their windows. */
   charged: number;
+}
+
+/** What a key can still admit in one of its windows, as far as this process knows, and when that window ends. */
+export interface WindowQuota {
+  /** Requests left: exact in a fleet of one; in a fleet a lower bound (other nodes hold credit too). */
+  readonly left: number;
+  /** Wall-clock end of the window, ms. */
+  readonly end: number;
+}
+
+/**
+ * The decision side as the middleware uses it: `LeaseNode` in a fleet (leased credit, asks to shard
+ * owners), `LocalCounters` in a fleet of one (a count per key and window in this process).
+ */
+export interface Enforcer {
+  /** Takes `cost` from every window of `limits` or from none; a promise only when an owner across the network is asked. */
+  acquire(keyId: string, limits: ResolvedLimits, cost?: number): Acquired | Promise<Acquired>;
+  /** Counts a request admitted without a decision (failing open while degraded) in every window of `limits`. */
+  charge(keyId: string, limits: ResolvedLimits, cost?: number): void;
+  /** True while some shard's owner has been out of reach for longer than `degradedAfterMs` (F5). */
+  readonly degraded: boolean;
+  /** Rounds ended. */
+  readonly round: number;
+  readonly stats: LeaseNodeStats;
+  /** Buckets held (one per key and window length), and insertions that found the cap full of credit. */
+  readonly buckets: { readonly size: number; readonly overCap: number };
+  /** Ends a round (the caller's timer, every `roundMs`). */
+  endRound(): void;
+  /** The longest silence of any shard's owner toward this node, ms. */
+  longestSilenceMs(): number;
+}
+
+/** Where a caller's own quota is read from (`req.rateLimit`, the RateLimit header). */
+export interface QuotaSource {
+  /** Window `i` of `keyId` under `limits` as held here; undefined when nothing is held for the key. */
+  windowQuota(keyId: string, limits: ResolvedLimits, i: number): WindowQuota | undefined;
 }

@@ -4,15 +4,18 @@ import { ConfigError } from '../lib/errors.js';
 import type { LoopStalls } from '../bus/loop-stall.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
-import type { LeaseNode } from '../lib/lease-node.js';
+import type { Enforcer } from '../lib/node-contract.js';
 
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
   readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number };
-  readonly node: LeaseNode;
-  readonly owner: FoldOwner;
-  readonly bus: Bus;
+  readonly node: Enforcer;
+  /** The shard-owner side and the bus: absent in a fleet of one, which counts everything itself. */
+  readonly owner: FoldOwner | undefined;
+  readonly bus: Bus | undefined;
+  /** Credit committed over the windows running, and their allowance (L2: committed ≤ allowance). */
+  readonly leases: (nowMs: number) => { committed: number; allowance: number };
   /** This process's event-loop stalls. */
   readonly loop: LoopStalls;
   /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
@@ -26,6 +29,14 @@ interface BusStats {
   readonly stats?: { rejected?: Record<string, number>; staleMessages?: number; asksSent?: number; asksDirect?: number; grantsWithheld?: number };
 }
 
+const busStats = (src: MetricSources): BusStats['stats'] => (src.bus as BusStats | undefined)?.stats;
+
+/**
+ * Decisions made without waiting are timed one in this many, each sample counted this many times:
+ * two clock readings would cost about as much as such a decision. Every one that waits is timed.
+ */
+const SAMPLE = 32;
+
 /** Seconds, from 1 µs (a decision from held credit) to 25 ms (a fast path that waited). */
 const DECISION_BUCKETS = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 2.5e-2];
 
@@ -35,12 +46,13 @@ class Timings {
   sum = 0;
   count = 0;
 
-  observe(seconds: number): void {
-    this.sum += seconds;
-    this.count++;
+  /** One observation standing for `weight` of them (a sample). */
+  observe(seconds: number, weight: number): void {
+    this.sum += seconds * weight;
+    this.count += weight;
     for (let i = 0; i < DECISION_BUCKETS.length; i++) {
       if (seconds <= DECISION_BUCKETS[i]!) {
-        this.counts[i]!++;
+        this.counts[i]! += weight;
         return;
       }
     }
@@ -112,7 +124,12 @@ class ProcessMetrics {
       for (const [node, m] of members) f(m.src, node);
     };
     for (const h of [
-      new TimingsHistogram('fleet_ratelimit_decision_seconds', 'Time from the request reaching the limiter to its decision.', (m) => m.decision, members),
+      new TimingsHistogram(
+        'fleet_ratelimit_decision_seconds',
+        `Time from the request reaching the limiter to its decision. Decisions that did not wait for a shard owner are sampled, one in ${SAMPLE} timed and counted ${SAMPLE} times.`,
+        (m) => m.decision,
+        members,
+      ),
       new TimingsHistogram('fleet_ratelimit_fast_path_seconds', 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', (m) => m.fastPath, members),
     ])
       this.all.set(h.name, h);
@@ -139,8 +156,8 @@ class ProcessMetrics {
     fromNode('fleet_ratelimit_rounds_total', 'Reconciliation rounds this node ended.', (src) => src.node.round);
     fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', (src) => src.node.stats.reports);
     fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', (src) => src.node.stats.grantsApplied);
-    fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner.stats.grants);
-    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', (src) => src.owner.stats.floatAnswers);
+    fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner?.stats.grants ?? 0);
+    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', (src) => src.owner?.stats.floatAnswers ?? 0);
     fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
     fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', (src) => src.events?.dropped ?? 0);
     counter(
@@ -149,7 +166,7 @@ class ProcessMetrics {
       ['reason'],
       (c) =>
         each((src, node) => {
-          const bus = (src.bus as unknown as BusStats).stats;
+          const bus = busStats(src);
           for (const [reason, n] of Object.entries(bus?.rejected ?? {})) mirror(c, node, n, { reason });
           mirror(c, node, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch, { reason: 'stale_owner' });
         }),
@@ -166,7 +183,7 @@ class ProcessMetrics {
       ['transport'],
       (c) =>
         each((src, node) => {
-          const bus = (src.bus as unknown as BusStats).stats;
+          const bus = busStats(src);
           if (bus?.asksSent === undefined) return;
           mirror(c, node, bus.asksDirect ?? 0, { transport: 'direct' });
           mirror(c, node, bus.asksSent - (bus.asksDirect ?? 0), { transport: 'redis' });
@@ -175,7 +192,7 @@ class ProcessMetrics {
     fromNode(
       'fleet_ratelimit_grants_withheld_total',
       'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
-      (src) => (src.bus as unknown as BusStats).stats?.grantsWithheld ?? 0,
+      (src) => busStats(src)?.grantsWithheld ?? 0,
     );
     gauge('fleet_ratelimit_fold_age_seconds', 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.', [], (g) =>
       each((src, node) => g.set({ node }, src.node.longestSilenceMs() / 1000)),
@@ -191,13 +208,13 @@ class ProcessMetrics {
       ['kind'],
       (g) =>
         each((src, node) => {
-          const t = src.owner.totals(Date.now());
+          const t = src.leases(Date.now());
           g.set({ node, kind: 'committed' }, t.committed);
           g.set({ node, kind: 'allowance' }, t.allowance);
         }),
     );
     gauge('fleet_ratelimit_buckets', 'Buckets held by this node (one per key and window length).', [], (g) => each((src, node) => g.set({ node }, src.node.buckets.size)));
-    gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus.fleetSize())));
+    gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus?.fleetSize() ?? 1)));
   }
 
   /** Registers every metric into `registry`; a foreign metric of one of our names is a ConfigError. */
@@ -217,7 +234,7 @@ let processMetrics: ProcessMetrics | undefined;
 
 /**
  * Prometheus metrics of one limiter (O1), every series labelled `node` with its node id. Only the
- * decision timings are touched on the request path (two additions, no allocation); everything else is
+ * decision timings are touched on the request path (a count, a sampled timing, no allocation); everything else is
  * read from the limiter's counters when scraped.
  */
 export class LimiterMetrics {
@@ -243,10 +260,23 @@ export class LimiterMetrics {
     this.shared.members.set(src.nodeId, { src, decision: this.decision, fastPath: this.fastPath });
   }
 
-  /** Records a decision that took `ms` (and, if it asked an owner, the fast path too). */
-  observe(ms: number, askedOwner: boolean): void {
-    this.decision.observe(ms / 1000);
-    if (askedOwner) this.fastPath.observe(ms / 1000);
+  private decisions = 0;
+
+  /** A decision begins: a clock reading for one decision in `SAMPLE`, else NaN (not timed unless it waits). */
+  start(): number {
+    return (++this.decisions & (SAMPLE - 1)) === 0 ? performance.now() : Number.NaN;
+  }
+
+  /** A decision made without waiting for an owner, begun at `started` (from `start()`). */
+  decided(started: number): void {
+    if (started === started) this.decision.observe((performance.now() - started) / 1000, SAMPLE);
+  }
+
+  /** A decision that waited for an owner's answer (the fast path), timed from `since`. */
+  waited(since: number): void {
+    const seconds = (performance.now() - since) / 1000;
+    this.decision.observe(seconds, 1);
+    this.fastPath.observe(seconds, 1);
   }
 
   /** Drops this limiter's series (on close); idempotent. */

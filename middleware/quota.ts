@@ -2,6 +2,7 @@ import type { Response } from 'express';
 import type { Clock } from '../lib/clock.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
 import type { Denied, LeaseNode } from '../lib/lease-node.js';
+import type { QuotaSource } from '../lib/node-contract.js';
 import type { ResolvedLimits } from '../lib/policy.js';
 
 /**
@@ -105,18 +106,26 @@ class QuotaView implements RateLimitInfo {
   }
 }
 
-/** Reads a caller's own quota from what this node holds and, as a shard owner, has not issued. */
+/** A fleet node's view of a key's quota: the credit it holds plus what its owner side has not issued. */
+export function fleetQuota(node: LeaseNode, owner: FoldOwner): QuotaSource {
+  return {
+    windowQuota(keyId, limits, i) {
+      const b = node.buckets.peek(keyId)?.buckets[i];
+      if (b === undefined) return undefined;
+      return { left: Math.max(0, b.credit) + owner.unissued(keyId, limits.windows[i]!.windowMs, b.windowId), end: b.windowEnd };
+    },
+  };
+}
+
+/**
+ * Reads a caller's own quota: in a fleet, what this node holds and, as a shard owner, has not issued
+ * (a lower bound: other nodes hold and spend credit too); in a fleet of one, exactly.
+ */
 export class QuotaReader {
   constructor(
-    private readonly node: LeaseNode,
-    private readonly owner: FoldOwner,
+    private readonly source: QuotaSource,
     private readonly clock: Clock,
   ) {}
-
-  /** Credit left in window `i` of the key's buckets. */
-  private left(keyId: string, limits: ResolvedLimits, i: number, credit: number, windowId: number): number {
-    return Math.max(0, credit) + this.owner.unissued(keyId, limits.windows[i]!.windowMs, windowId);
-  }
 
   /** `req.rateLimit` after an admission of `keyId`: read when first touched. */
   view(keyId: string, limits: ResolvedLimits): RateLimitInfo {
@@ -125,29 +134,29 @@ export class QuotaReader {
 
   /** The quota after an admission: the binding window's. Undefined when the key holds no buckets. */
   read(keyId: string, limits: ResolvedLimits): RateLimitInfo | undefined {
-    const subject = this.node.buckets.peek(keyId);
-    if (subject === undefined) return undefined;
     let at = -1;
     let remaining = Infinity;
+    let end = 0;
     for (let i = 0; i < limits.windows.length; i++) {
-      const b = subject.buckets[i];
-      if (b === undefined) continue;
-      const r = Math.min(limits.windows[i]!.limit, this.left(keyId, limits, i, b.credit, b.windowId));
+      const q = this.source.windowQuota(keyId, limits, i);
+      if (q === undefined) continue;
+      const r = Math.min(limits.windows[i]!.limit, q.left);
       if (r < remaining) {
         at = i;
         remaining = r;
+        end = q.end;
       }
     }
     if (at < 0) return undefined;
-    return this.info(limits, at, remaining, subject.buckets[at]!.windowEnd - this.clock.now());
+    return this.info(limits, at, remaining, end - this.clock.now());
   }
 
   /** The quota after a refusal: the denying window's, nothing left in it. */
   limited(keyId: string, limits: ResolvedLimits, denied: Denied): RateLimitInfo {
     let at = 0;
     for (let i = 0; i < limits.windows.length; i++) if (limits.windows[i]!.name === denied.window) at = i;
-    const b = this.node.buckets.peek(keyId)?.buckets[at];
-    return this.info(limits, at, 0, b !== undefined ? b.windowEnd - this.clock.now() : (denied.retryAfterMs ?? 0));
+    const q = this.source.windowQuota(keyId, limits, at);
+    return this.info(limits, at, 0, q !== undefined ? q.end - this.clock.now() : (denied.retryAfterMs ?? 0));
   }
 
   /** The quota of a key whose buckets are gone (evicted or past): nothing known left, its first window. */
@@ -161,18 +170,17 @@ export class QuotaReader {
   }
 
   /**
-   * draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only. Remaining is what this
-   * node holds plus what its owner side has not issued yet when it owns the window's shard (exact in
-   * a fleet of one; a lower bound in a fleet, where other nodes hold and spend credit too).
+   * draft-ietf-httpapi-ratelimit-headers-10, about the caller's own quota only: exact in a fleet of
+   * one; in a fleet what this node holds plus what its owner side has not issued (a lower bound).
    */
   headers(res: Response, keyId: string, limits: ResolvedLimits): void {
-    const subject = this.node.buckets.peek(keyId);
-    if (subject === undefined) return;
     const now = this.clock.now();
-    const items = limits.windows.map((w, i) => {
-      const b = subject.buckets[i]!;
-      return `"${w.name}";r=${this.left(keyId, limits, i, b.credit, b.windowId)};t=${Math.max(0, Math.ceil((b.windowEnd - now) / 1000))}`;
-    });
+    const items: string[] = [];
+    for (let i = 0; i < limits.windows.length; i++) {
+      const q = this.source.windowQuota(keyId, limits, i);
+      if (q === undefined) return;
+      items.push(`"${limits.windows[i]!.name}";r=${q.left};t=${Math.max(0, Math.ceil((q.end - now) / 1000))}`);
+    }
     res.setHeader('RateLimit-Policy', limits.policyHeader);
     res.setHeader('RateLimit', items.join(', '));
   }

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, Response } from 'express';
 import type { Logger } from '../lib/logger.js';
 import { defaultLogger } from './default-logger.js';
-import { MemoryBus } from '../bus/memory.js';
 import type { PolicyFeed } from '../bus/policy-feed.js';
 import { EventLog } from '../bus/events.js';
 import { LoopStalls } from '../bus/loop-stall.js';
@@ -14,6 +13,8 @@ import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
+import { LocalCounters } from '../lib/local-counters.js';
+import type { Enforcer } from '../lib/node-contract.js';
 import type { Bus } from '../bus/types.js';
 import { joinFleet } from '../bus/member.js';
 import { retryHeaders } from '../lib/retry-after.js';
@@ -23,7 +24,7 @@ import { claimNodeId } from './instances.js';
 import { followStore } from './live-policy.js';
 import { parseOptions, type RateLimiterOptions } from './options.js';
 import { LimiterMetrics } from './metrics.js';
-import { QuotaReader } from './quota.js';
+import { fleetQuota, QuotaReader } from './quota.js';
 import { correlationIdOf, denialHeaders, sendProblem } from './responses.js';
 import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
@@ -52,17 +53,19 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const ownBus = cfg.bus === undefined;
   // This process's own stalls: exported, and not taken for owner silence.
   const loop = LoopStalls.started(clock);
-  const bus: Bus =
-    cfg.bus ??
-    (cfg.redis !== undefined
-      ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop })
-      : new MemoryBus({ shards: cfg.shards, roundMs: cfg.roundMs, clock }));
+  // A fleet of one (no Redis, no bus given) decides against counts of its own: nothing to lease.
+  const bus: Bus | undefined =
+    cfg.bus ?? (cfg.redis !== undefined ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop }) : undefined);
   const { nodeId, shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs } = cfg;
   const member = { nodeId, nodeEpoch: randomUUID(), shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs };
-  const { node, owner } = joinFleet(bus, member, clock);
+  const fleet = bus === undefined ? undefined : joinFleet(bus, member, clock);
+  const local = fleet === undefined ? new LocalCounters(clock) : undefined;
+  const node: Enforcer = fleet?.node ?? local!;
+  const owner = fleet?.owner;
+  const leases = (now: number): { ledgers: number; committed: number; allowance: number } => (owner ?? local!).totals(now);
   const capacity = new AdmissionCapacity(clock);
   const callers = new CallerResolver(cfg, hasher, logger);
-  const quota = new QuotaReader(node, owner, clock);
+  const quota = new QuotaReader(fleet === undefined ? local! : fleetQuota(fleet.node, fleet.owner), clock);
   const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
   let policy = cfg.policy;
   let enforcing = true;
@@ -77,7 +80,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     cfg.redis === undefined
       ? undefined
       : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
-  metrics.attach({ nodeId, stats, node, owner, bus, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
+  metrics.attach({ nodeId, stats, node, owner, bus, leases, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   let sweepAt = 0;
   const timer = setInterval(() => {
@@ -85,7 +88,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       node.endRound();
       const now = clock.now();
       if (now >= sweepAt) {
-        owner.sweep(now);
+        owner?.sweep(now);
         sweepAt = now + 1000;
         if (bus instanceof RedisBus) bus.publishStatus(status(now));
       }
@@ -97,7 +100,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   /** What the admin API's health view shows of this node (A2). */
   function status(now: number): object {
-    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: owner.totals(now), eventsDropped: events?.dropped ?? 0 };
+    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: leases(now), eventsDropped: events?.dropped ?? 0 };
   }
 
   const fixedClass = cfg.routeClass;
@@ -111,7 +114,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       next();
       return;
     }
-    const started = performance.now();
+    const started = metrics.start();
     let keyId: string | undefined;
     let routeClass = 'default';
     try {
@@ -123,7 +126,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         const verdict = capacity.check(caller.tenant, cap.nodeAdmissionsPerSecond, policy.tenantShare(caller.tenant) as number);
         if (verdict !== CapacityVerdict.Ok) {
           stats.capacityDenied++;
-          metrics.observe(performance.now() - started, false);
+          metrics.decided(started);
           const entry = verdict === CapacityVerdict.NodeFull ? Catalog.nodeCapacity : Catalog.tenantShare;
           const correlationId = correlationIdOf(req);
           logger.debug({ keyId, correlationId, routeClass, code: entry.code }, 'capacity denied');
@@ -135,19 +138,20 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       }
       const result = node.acquire(keyId, caller.limits);
       if (result instanceof Promise) {
+        const since = Number.isNaN(started) ? performance.now() : started;
         result.then(
           (r) => {
-            metrics.observe(performance.now() - started, true);
+            metrics.waited(since);
             decide(req, res, next, r, caller, routeClass);
           },
           (err: unknown) => fault(req, res, next, err, caller.keyId, routeClass),
         );
       } else {
-        metrics.observe(performance.now() - started, false);
+        metrics.decided(started);
         decide(req, res, next, result, caller, routeClass);
       }
     } catch (err) {
-      metrics.observe(performance.now() - started, false);
+      metrics.decided(started);
       fault(req, res, next, err, keyId, routeClass);
     }
   }
@@ -248,7 +252,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     nodeId,
     metrics: metrics.registry,
     bus,
-    ready: () => bus.ready?.() ?? Promise.resolve(),
+    ready: () => bus?.ready?.() ?? Promise.resolve(),
     policy: () => policy,
     updatePolicy(doc: PolicyDoc | CompiledPolicy): void {
       const next = doc instanceof CompiledPolicy ? doc : compilePolicy(doc);
@@ -268,7 +272,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
           await feed?.close();
           await events?.flush();
           await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
-          if (ownBus) await bus.close();
+          if (ownBus) await bus?.close();
         } finally {
           releaseNodeId();
         }

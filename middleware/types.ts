@@ -3,7 +3,7 @@ import type { Registry } from 'prom-client';
 import type { LimitEventSink } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { KeyHasher } from '../lib/key-id.js';
-import type { LeaseNode } from '../lib/lease-node.js';
+import type { Enforcer } from '../lib/node-contract.js';
 import type { CompiledPolicy, PolicyDoc } from '../lib/policy.js';
 
 /** Counters of one limiter instance. */
@@ -21,8 +21,11 @@ export interface LimiterStats {
 
 /** The Express middleware returned by `rateLimiter()`, with its handles. */
 export interface RateLimiterMiddleware extends RequestHandler {
-  /** The node side of the protocol (buckets, fast path, rounds). */
-  readonly node: LeaseNode;
+  /**
+   * The decision side: in a fleet the node side of the protocol (`LeaseNode`: leased credit, the fast
+   * path, rounds); in a fleet of one (no `redis`, no `bus`) a count per key and window (`LocalCounters`).
+   */
+  readonly node: Enforcer;
   /** Key hashing; use it to find a key's id (the raw key is never kept). */
   readonly hasher: KeyHasher;
   /** Decision counters. */
@@ -46,8 +49,8 @@ export interface RateLimiterMiddleware extends RequestHandler {
    * `RangeError` for a version not above the current one; either way nothing changes.
    */
   updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
-  /** The bus between this node and the shard owners. */
-  readonly bus: Bus;
+  /** The bus between this node and the shard owners; undefined in a fleet of one. */
+  readonly bus: Bus | undefined;
   /**
    * Settles once every shard has a reachable owner (at once in memory; with `redis`, after the first
    * control rounds). Start accepting traffic after it: until then first sights of keys are denied.

@@ -46,14 +46,18 @@ describe('Prometheus metrics (O1)', () => {
 
     const before = parse((await request(app).get('/metrics').expect(200).expect('content-type', /text\/plain/)).text);
     expect(before.get('fleet_ratelimit_decisions_total{class="admitted",node="metrics-node"}')).to.equal(0);
-    for (let i = 0; i < 12; i++) await request(app).get('/x').set('x-key', 'k1'); // demo plan: 10 per second
+    for (let i = 0; i < 64; i++) await request(app).get('/x').set('x-key', 'k1'); // demo plan: 10 per second
     const after = parse((await request(app).get('/metrics').expect(200)).text);
     expect(after.get('fleet_ratelimit_decisions_total{class="admitted",node="metrics-node"}')).to.equal(10);
-    expect(after.get('fleet_ratelimit_decisions_total{class="quota",node="metrics-node"}')).to.equal(2);
-    expect(after.get('fleet_ratelimit_decision_seconds_count{node="metrics-node"}')).to.equal(12);
-    expect(after.get('fleet_ratelimit_decision_seconds_bucket{le="+Inf",node="metrics-node"}')).to.equal(12);
-    expect(after.get('fleet_ratelimit_fast_path_total{node="metrics-node"}')).to.be.at.least(1); // the first sight asked
-    expect(after.get('fleet_ratelimit_grants_issued_total{node="metrics-node"}')).to.be.at.least(1);
+    expect(after.get('fleet_ratelimit_decisions_total{class="quota",node="metrics-node"}')).to.equal(54);
+    // Decisions that do not wait are timed one in 32, each sample counted 32 times: the 32nd and the 64th.
+    expect(after.get('fleet_ratelimit_decision_seconds_count{node="metrics-node"}')).to.equal(64);
+    expect(after.get('fleet_ratelimit_decision_seconds_bucket{le="+Inf",node="metrics-node"}')).to.equal(64);
+    // A fleet of one counts for itself: no owner asked, no grant issued.
+    expect(after.get('fleet_ratelimit_fast_path_total{node="metrics-node"}')).to.equal(0);
+    expect(after.get('fleet_ratelimit_grants_issued_total{node="metrics-node"}')).to.equal(0);
+    expect(after.get('fleet_ratelimit_lease_credit{node="metrics-node",kind="committed"}')).to.equal(20); // 10 in each window
+    expect(after.get('fleet_ratelimit_lease_credit{node="metrics-node",kind="allowance"}')).to.be.above(20);
     expect(after.get('fleet_ratelimit_degraded{node="metrics-node"}')).to.equal(0);
     expect(after.get('fleet_ratelimit_buckets{node="metrics-node"}')).to.equal(2);
     expect(after.get('fleet_ratelimit_fleet_size{node="metrics-node"}')).to.equal(1);
@@ -84,7 +88,7 @@ describe('Prometheus metrics (O1)', () => {
       const a = make({ nodeId: 'gw-a' });
       const b = make({ nodeId: 'gw-b' });
       await send(a.app, 3);
-      await send(b.app, 12);
+      await send(b.app, 32);
       const app = new Registry();
       new Counter({ name: 'app_requests_total', help: 'the app’s own', registers: [app] }).inc(7);
       const merged = Registry.merge([a.limiter.metrics, b.limiter.metrics, app]);
@@ -92,9 +96,9 @@ describe('Prometheus metrics (O1)', () => {
       expect(m.get('app_requests_total')).to.equal(7);
       expect(m.get('fleet_ratelimit_decisions_total{class="admitted",node="gw-a"}')).to.equal(3);
       expect(m.get('fleet_ratelimit_decisions_total{class="admitted",node="gw-b"}')).to.equal(10);
-      expect(m.get('fleet_ratelimit_decisions_total{class="quota",node="gw-b"}')).to.equal(2);
-      expect(m.get('fleet_ratelimit_decision_seconds_count{node="gw-a"}')).to.equal(3);
-      expect(m.get('fleet_ratelimit_decision_seconds_bucket{le="+Inf",node="gw-b"}')).to.equal(12);
+      expect(m.get('fleet_ratelimit_decisions_total{class="quota",node="gw-b"}')).to.equal(22);
+      expect(m.get('fleet_ratelimit_decision_seconds_count{node="gw-a"}')).to.equal(0); // none of 3 sampled yet
+      expect(m.get('fleet_ratelimit_decision_seconds_bucket{le="+Inf",node="gw-b"}')).to.equal(32);
       // With the app's registry alone, the node label is still on every limiter series.
       const withApp = await Registry.merge([app, a.limiter.metrics]).metrics();
       const series = withApp.split('\n').filter((l) => l.startsWith('fleet_ratelimit_'));

@@ -55,7 +55,7 @@ describe('two Redis-backed limiters in one process (real redis-server)', functio
     } finally {
       clearTimeout(timer);
     }
-    await until(() => a.bus.fleetSize() === 2 && b.bus.fleetSize() === 2, 'each sees a fleet of two', 10_000);
+    await until(() => a.bus!.fleetSize() === 2 && b.bus!.fleetSize() === 2, 'each sees a fleet of two', 10_000);
     // A key with most of its hour ahead, so every request counts in one window.
     let key = 'sk_two_limiters_0';
     for (let i = 1; windowLeftMs(a.hasher.hash(key), HOUR) < 5 * 60_000; i++) key = `sk_two_limiters_${i}`;

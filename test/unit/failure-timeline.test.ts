@@ -131,6 +131,8 @@ describe('failure timeline F1–F5, at its exact boundaries', () => {
     node.endRound();
     expect(node.degraded).to.equal(false); // exactly 30 s: not yet
     clock.advance(1);
+    expect(node.degraded).to.equal(false); // decided at the end of a round
+    node.endRound();
     expect(node.degraded).to.equal(true);
     toBoundary();
     const r = acquire() as Denied;
