@@ -204,7 +204,7 @@ class ProcessMetrics {
     gauge('fleet_ratelimit_degraded', '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', [], (g) => each((src, node) => g.set({ node }, src.node.degraded ? 1 : 0)));
     gauge(
       'fleet_ratelimit_lease_credit',
-      'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance).',
+      'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance). In a fleet of one: the requests counted.',
       ['kind'],
       (g) =>
         each((src, node) => {
