@@ -10,7 +10,7 @@ import type { EventLog } from '../bus/events.js';
 import { KeySchema, parseOwnerEntry } from '../bus/keys.js';
 import { PolicyConflict, type PolicyStore } from '../bus/policy-store.js';
 import { StoreRecordError } from '../bus/store-signature.js';
-import { PolicyError, type Problem } from '../lib/errors.js';
+import { ErrorCode, PolicyError, ValidationError, type Problem } from '../lib/errors.js';
 import { KeyHasher, type HashKeyVersion } from '../lib/key-id.js';
 import type { PlanDef, PolicyDoc } from '../lib/policy.js';
 import { joiProblems } from '../lib/validate.js';
@@ -55,9 +55,9 @@ const planName = Joi.string().pattern(NAME).required();
 const auditQuery = Joi.object({ limit: Joi.number().integer().min(1).max(1000).default(100) });
 
 /** A request rejected before anything changed; `problems` name every bad field. */
-class BadRequest extends Error {
-  constructor(readonly problems: Problem[]) {
-    super('invalid request');
+class BadRequest extends ValidationError {
+  constructor(problems: Problem[]) {
+    super(ErrorCode.REQUEST, 'invalid request', problems);
   }
 }
 

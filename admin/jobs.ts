@@ -3,6 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { EventLog } from '../bus/events.js';
 import { consumerName, GROUP, KeySchema, parseOwnerEntry } from '../bus/keys.js';
 import type { AuditWriter } from '../bus/policy-store.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 type Client = Redis | Cluster;
 
@@ -121,7 +122,7 @@ export async function startWorker(o: { connection: ConnectionOptions; redis: Cli
     async (job: Job) => {
       if (job.name === 'reap') return reap(o.redis, o.prefix, o.shards, now());
       if (job.name === 'retention') return retention(o.redis, o.store, o.prefix, now());
-      throw new Error(`unknown job "${job.name}"`);
+      throw new RateLimiterError(ErrorCode.REQUEST, `unknown job "${job.name}"`);
     },
     { connection: o.connection, prefix: BULL_PREFIX, concurrency: 1 },
   );

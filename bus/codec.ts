@@ -1,5 +1,5 @@
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
-import { ConfigError } from '../lib/errors.js';
+import { ConfigError, ErrorCode, RateLimiterError } from '../lib/errors.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
 
@@ -27,13 +27,12 @@ export interface BusSecretVersion {
 export type RejectReason = 'version' | 'secret' | 'mac' | 'malformed';
 
 /** A rejected envelope: `reason` for counting, `message` names the bad field. */
-export class EnvelopeError extends Error {
+export class EnvelopeError extends RateLimiterError {
   constructor(
     readonly reason: RejectReason,
     message: string,
   ) {
-    super(message);
-    this.name = 'EnvelopeError';
+    super(ErrorCode.REFUSED, message);
   }
 }
 

@@ -2,6 +2,7 @@ import { EnvelopeCodec, EnvelopeError, type Bodies, type RejectReason } from './
 import { processName } from './keys.js';
 import type { Owned, OwnerContext } from './owner-context.js';
 import { scripts, type StreamEntries } from './scripts.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 /**
  * The fence of each shard's log (`frl:{sN}:fence`, `lua/fence.lua`): raised by a new owner before it
@@ -73,7 +74,7 @@ export class LogFence {
       }
       found = seal; // replaced only if still exactly this one
     }
-    throw new Error(`shard ${shard}: the log fence keeps changing under us`);
+    throw new RateLimiterError(ErrorCode.INTERNAL, `shard ${shard}: the log fence keeps changing under us`);
   }
 
   /** A fence seal's body if it verifies and names this shard. */

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { compilePolicy, type PolicyDoc } from '../lib/policy.js';
 import { StoreRecordError, type StoreSigner } from './store-signature.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 const PUT_SCRIPT = readFileSync(new URL('./lua/policy-put.lua', import.meta.url), 'utf8');
 const SWITCH_SCRIPT = readFileSync(new URL('./lua/switch-put.lua', import.meta.url), 'utf8');
@@ -37,10 +38,9 @@ export interface SwitchState {
 }
 
 /** Someone stored another version between this writer's read and its write; read and retry. */
-export class PolicyConflict extends Error {
+export class PolicyConflict extends RateLimiterError {
   constructor(readonly current: number) {
-    super(`the policy changed meanwhile (now version ${current}); read it again and retry`);
-    this.name = 'PolicyConflict';
+    super(ErrorCode.CONFLICT, `the policy changed meanwhile (now version ${current}); read it again and retry`);
   }
 }
 

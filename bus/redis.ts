@@ -22,6 +22,7 @@ import { ShardLog } from './shard-log.js';
 import { ShardReader } from './shard-reader.js';
 import { Takeover } from './takeover.js';
 import type { Bus, CreditOwner, NodeIdentity } from './types.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 /** Settings the limiter adds from its own options. */
 export interface RedisBusOptions extends RedisConnectionOptions {
@@ -267,7 +268,7 @@ export class RedisBus implements Bus {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.readyReject?.(new Error('the bus was closed before it was ready'));
+    this.readyReject?.(new RateLimiterError(ErrorCode.CLOSED, 'the bus was closed before it was ready'));
     this.readyResolve = undefined;
     if (this.ownLoop) this.loop.stop();
     this.fastPath.close();

@@ -1,5 +1,6 @@
 import { createHmac, type KeyObject } from 'node:crypto';
 import { sameMac, secretKeys, type BusSecretVersion } from './codec.js';
+import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 /** What the policy store signs: the policy document (overrides are part of it) and the kill switch. */
 export type SignedKind = 'policy' | 'switch';
@@ -8,13 +9,12 @@ export type SignedKind = 'policy' | 'switch';
 export type StoreRejectReason = 'unsigned' | 'secret' | 'mac' | 'malformed' | 'replay';
 
 /** A stored record a node must not apply: `reason` for counting, `message` names the field. */
-export class StoreRecordError extends Error {
+export class StoreRecordError extends RateLimiterError {
   constructor(
     readonly reason: StoreRejectReason,
     message: string,
   ) {
-    super(message);
-    this.name = 'StoreRecordError';
+    super(ErrorCode.REFUSED, message);
   }
 }
 

@@ -1,3 +1,5 @@
+import { ErrorCode, RateLimiterError } from './errors.js';
+
 /**
  * Time source for the limiter. Window ids come from the wall clock (every node must agree on
  * them); intervals such as rounds, deadlines and outage timers come from the monotonic clock.
@@ -34,7 +36,7 @@ export class FakeClock implements Clock {
 
   /** Moves both clocks forward by `ms`. */
   advance(ms: number): void {
-    if (!(ms >= 0)) throw new RangeError('FakeClock.advance: ms must be >= 0');
+    if (!(ms >= 0)) throw new RateLimiterError(ErrorCode.CONFIG, 'FakeClock.advance: ms must be >= 0');
     this.wall += ms;
     this.mono += ms;
   }
@@ -44,13 +46,13 @@ export class FakeClock implements Clock {
    * Window ids come from the wall clock, so a step can move a node into another window.
    */
   step(ms: number): void {
-    if (!Number.isFinite(ms)) throw new RangeError('FakeClock.step: ms must be finite');
+    if (!Number.isFinite(ms)) throw new RateLimiterError(ErrorCode.CONFIG, 'FakeClock.step: ms must be finite');
     this.wall += ms;
   }
 
   /** Sets the wall clock (for example to a window boundary); the monotonic clock moves by the same step. */
   set(wallMs: number): void {
-    if (wallMs < this.wall) throw new RangeError('FakeClock.set: the clock never goes back (step() does)');
+    if (wallMs < this.wall) throw new RateLimiterError(ErrorCode.CONFIG, 'FakeClock.set: the clock never goes back (step() does)');
     this.advance(wallMs - this.wall);
   }
 }

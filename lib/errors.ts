@@ -10,6 +10,14 @@ export const ErrorCode = Object.freeze({
   IDENTITY: 'RL_IDENTITY',
   DEGRADED: 'RL_DEGRADED',
   INTERNAL: 'RL_INTERNAL',
+  /** A bus entry, message or stored record refused: malformed, unknown secret version, forged, replayed. */
+  REFUSED: 'RL_REFUSED',
+  /** The stored policy changed between a writer's read and its write. */
+  CONFLICT: 'RL_CONFLICT',
+  /** An admin API request or a maintenance job that cannot be carried out as given. */
+  REQUEST: 'RL_REQUEST',
+  /** The limiter or its bus was closed. */
+  CLOSED: 'RL_CLOSED',
 } as const);
 
 /** Stable codes of the warnings a limiter logs (the `code` field of the log line); listed in the README. */

@@ -9,7 +9,7 @@ import { connect } from '../bus/redis-connection.js';
 import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
-import { ErrorCode, RateLimiterError } from '../lib/errors.js';
+import { ErrorCode, PolicyError, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
@@ -257,7 +257,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     updatePolicy(doc: PolicyDoc | CompiledPolicy): void {
       const next = doc instanceof CompiledPolicy ? doc : compilePolicy(doc);
       if (next.version <= policy.version) {
-        throw new RangeError(`policy version ${next.version} is not above the current version ${policy.version}`);
+        throw new PolicyError([{ path: 'version', message: `must be above the current version ${policy.version}, got ${next.version}` }], 'policy not applied');
       }
       policy = next;
       logger.info({ version: next.version }, 'policy updated');

@@ -46,7 +46,7 @@ export interface RateLimiterMiddleware extends RequestHandler {
   readonly events: LimitEventSink | undefined;
   /**
    * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a
-   * `RangeError` for a version not above the current one; either way nothing changes.
+   * `PolicyError` naming `version` for a version not above the current one; either way nothing changes.
    */
   updatePolicy(doc: PolicyDoc | CompiledPolicy): void;
   /** The bus between this node and the shard owners; undefined in a fleet of one. */
