@@ -7,7 +7,8 @@ import { parseArgs } from 'node:util';
  * sample counts for a function when the function is anywhere on its stack (inclusive time, each
  * sample once however often the function recurs); shares are of the busy samples (not `(idle)`),
  * so a process that waited on its sockets most of the time still shows where its work went. `NAME`
- * matches a function's name, or `Class.method` as V8 names methods. `--top` lists the functions with
+ * matches a function's name, or `Class.method` as V8 names methods; `NAME@FILE` only in a file whose
+ * path ends so (`open@bus/codec.js`: the codec's, not the file system's). `--top` lists the functions with
  * the most self time. Several files are summed (the members of one fleet, say).
  */
 
@@ -51,7 +52,10 @@ function main(): void {
       let m = matched.get(n.id);
       if (m !== undefined) return m;
       const up = parent.get(n.id);
-      const own = names.filter((x) => n.callFrame.functionName === x || n.callFrame.functionName.endsWith(`.${x}`));
+      const own = names.filter((x) => {
+        const [fn = '', file] = x.split('@');
+        return (n.callFrame.functionName === fn || n.callFrame.functionName.endsWith(`.${fn}`)) && (file === undefined || n.callFrame.url.endsWith(file));
+      });
       m = [...new Set([...(up === undefined ? [] : matchesOf(up)), ...own])];
       matched.set(n.id, m);
       return m;
