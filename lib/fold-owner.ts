@@ -3,8 +3,11 @@ import { ErrorCode, RateLimiterError } from './errors.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
 import { leaseTarget } from './lease-size.js';
 import { SKEW_ROUNDS } from './lease-node.js';
+import { FLOAT_PREFIX, LedgerStore, leaseFor, leaseIn, type Float, type Lease, type Ledger } from './ledger-store.js';
 import type { LogEntry } from './protocol/log.js';
 import { phaseOffset, windowEndMs } from './window.js';
+
+export { FLOAT_PREFIX };
 
 /** What an owner knows of the fleet, from the transport's heartbeats. */
 export interface FleetView {
@@ -40,77 +43,6 @@ export interface FoldOwnerConfig {
    * so an ask the float covers is answered without waiting for a log write.
    */
   readonly floatHolder?: { readonly nodeId: string; readonly nodeEpoch: string };
-}
-
-/** Node epoch prefix of a float's lease: `float.<holder's node epoch>`, its lease number the owner epoch. */
-export const FLOAT_PREFIX = 'float.';
-
-/** One lease (a node epoch's bucket life) in one ledger, as merged from requests and reports. */
-interface Lease {
-  readonly nodeId: string;
-  readonly nodeEpoch: string;
-  readonly lease: number;
-  /** An owner's float (`FLOAT_PREFIX`): credit it logged as issued to itself, for asks. */
-  readonly float: boolean;
-  issued: number;
-  /** Part of `issued` moved out of a float: committed already, as the float's. */
-  floated: number;
-  /**
-   * Largest `issued − floated` of a grant of this lease known to be on record in the log, under owner
-   * epoch `recordEpoch` (after a change of epoch — Redis may have lost the log — nothing is known).
-   */
-  onRecord: number;
-  recordEpoch: number;
-  /**
-   * Largest `issued` the node itself reported for this window (live reports only, not a replayed
-   * log): credit it had applied, so it cannot have granted itself credit at this window's boundary.
-   */
-  reported: number;
-  grantSeq: number;
-  spent: number;
-  selfIssued: number;
-  released: number;
-  seq: number;
-  demand: number;
-  /** Round (owner clock) of the last recall, to send at most one per round. */
-  noticeAt: number;
-  /** Round of the last exhaustion notice, and of the last grant (a grant clears the node's flag). */
-  exhaustedAt: number;
-  grantedAt: number;
-}
-
-/** The owner's account of one (key id, window id). */
-interface Ledger {
-  readonly keyId: string;
-  readonly windowId: number;
-  readonly windowMs: number;
-  readonly windowEnd: number;
-  allowance: number;
-  reserveReleased: boolean;
-  /** Leases were told the window has nothing left; when released credit comes back they are told so. */
-  announced: boolean;
-  /** Few per ledger (one per node epoch and bucket life): an array beats a Map here. */
-  leases: Lease[];
-  /** This owner's float in this window, if it has one (`refillFloats`). */
-  float?: Float;
-  /** Credit remote asks wanted since the last refill, and the most in one refill period. */
-  asks: number;
-  askPeak: number;
-  /** Whether this window had remote asks of its own (not only a size inherited from the one before). */
-  asked: boolean;
-}
-
-/** An owner's float in one window, under one owner epoch. */
-interface Float {
-  readonly lease: Lease;
-  /** The lease's `issued` when this owner took it up (a replayed float is not this owner's to use). */
-  readonly base: number;
-  /** Largest cumulative `issued` of the float known to be on record in the log. */
-  onRecord: number;
-  /** Credit moved out of it to asking leases. */
-  moved: number;
-  /** Refills waited for its last log write to come back. */
-  waited: number;
 }
 
 /** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
@@ -164,8 +96,7 @@ export interface FoldOwnerStats {
  * Pure: no timers, no I/O; messages for other nodes collect in an outbox the bus drains.
  */
 export class FoldOwner {
-  private readonly ledgers = new Map<string, Ledger[]>();
-  private ledgerCount = 0;
+  private readonly ledgers: LedgerStore;
   private outbox: OwnerMessage[] = [];
   /** When each node's self_grant flag was first seen in the current episode (F4). */
   private readonly selfGrantSeen = new Map<string, number>();
@@ -178,15 +109,17 @@ export class FoldOwner {
     grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, refills: 0, withheld: 0, floatRefills: 0, floatAnswers: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0,
   };
 
-  constructor(private readonly cfg: FoldOwnerConfig) {}
+  constructor(private readonly cfg: FoldOwnerConfig) {
+    this.ledgers = new LedgerStore(cfg.shardOf);
+  }
 
   /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
   onCreditRequest(req: CreditRequest): Grant | undefined {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
     if (this.ended(windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
-    const ledger = this.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
-    const lease = this.leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
+    const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
+    const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
     if (this.withheld(req.nodeId)) return undefined;
@@ -244,7 +177,7 @@ export class FoldOwner {
     const now = this.cfg.clock.now();
     const out: Grant[] = [];
     for (const l of this.floatWanted) {
-      const shard = this.cfg.shardOf(l.keyId, l.windowId);
+      const shard = l.shard;
       if (l.windowEnd <= now) {
         this.floatWanted.delete(l);
         continue;
@@ -257,7 +190,7 @@ export class FoldOwner {
       l.asks = 0;
       if (l.asked && l.windowEnd - now <= 2 * this.cfg.roundMs && serving(this.cfg.shardOf(l.keyId, l.windowId + 1))) {
         // Visited later in this loop (a Set iterates what is added while it runs).
-        const next = this.find(l.keyId, l.windowMs, l.windowId + 1) ?? this.ledgerFor(l.keyId, l.windowId + 1, l.windowMs, l.allowance);
+        const next = this.ledgers.find(l.keyId, l.windowMs, l.windowId + 1) ?? this.ledgers.ledgerFor(l.keyId, l.windowId + 1, l.windowMs, l.allowance);
         next.askPeak = Math.max(next.askPeak, l.askPeak);
         this.floatWanted.add(next);
       }
@@ -287,7 +220,7 @@ export class FoldOwner {
   logged(grants: readonly Grant[]): void {
     for (const g of grants) {
       const found = this.granted(g);
-      if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(this.cfg.shardOf(g.keyId, g.windowId))) continue;
+      if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(found.l.shard)) continue;
       const { l, lease } = found;
       if (!lease.float) {
         const direct = directOf(g);
@@ -312,7 +245,7 @@ export class FoldOwner {
 
   /** The ledger and lease a grant of this owner's went to, if still known. */
   private granted(g: Grant): { l: Ledger; lease: Lease } | undefined {
-    const l = this.find(g.keyId, g.windowMs, g.windowId);
+    const l = this.ledgers.find(g.keyId, g.windowMs, g.windowId);
     if (l === undefined) return undefined;
     const lease = leaseIn(l, g.nodeEpoch, g.lease);
     return lease === undefined ? undefined : { l, lease };
@@ -324,7 +257,7 @@ export class FoldOwner {
    */
   private floatLeft(l: Ledger, pending: boolean): number {
     const f = l.float;
-    if (f === undefined || f.lease.lease !== this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId))) return 0;
+    if (f === undefined || f.lease.lease !== this.cfg.ownerEpoch(l.shard)) return 0;
     // Never past the allowance: committed credit can exceed it (a lower limit mid-window, a report
     // of credit a lost log write carried), and then the float gives that much less. Nor more than
     // the ledger's floats hold unmoved: a replayed log may have lost a float's grant but kept what
@@ -338,7 +271,7 @@ export class FoldOwner {
   private floatOf(l: Ledger, holder: { nodeId: string; nodeEpoch: string }, shard: number): Float {
     const epoch = this.cfg.ownerEpoch(shard);
     if (l.float?.lease.lease !== epoch) {
-      const lease = this.leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
+      const lease = leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
       l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0 };
     }
     return l.float;
@@ -349,8 +282,8 @@ export class FoldOwner {
     if (batch.nodeEpoch.startsWith(FLOAT_PREFIX)) return [];
     const now = this.cfg.clock.now();
     for (const r of batch.reports) {
-      const ledger = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
-      const lease = this.leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
+      const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+      const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
       // Another node reporting, in the rounds before a window starts, a key it will ask for there
       // (too rare for a lease): the window gets a float before its first ask, not after it.
@@ -408,8 +341,8 @@ export class FoldOwner {
     for (const e of entries) {
       if (e.kind === 'report') {
         for (const r of e.batch.reports) {
-          const l = this.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
-          const lease = this.leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
+          const l = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+          const lease = leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
           // Counts are cumulative: even a report no newer than what is known adds what it knows. A
           // replayed report (a snapshot's, written from this owner's side) proves nothing about what
           // the node applied: `reported` stays as it was.
@@ -424,8 +357,8 @@ export class FoldOwner {
         continue;
       }
       const g = e.grant;
-      const l = this.find(g.keyId, g.windowMs, g.windowId) ?? this.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
-      const lease = this.leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
+      const l = this.ledgers.find(g.keyId, g.windowMs, g.windowId) ?? this.ledgers.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
+      const lease = leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
       lease.issued = Math.max(lease.issued, g.issued);
       lease.floated = Math.max(lease.floated, g.floated ?? 0);
       lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
@@ -436,35 +369,33 @@ export class FoldOwner {
 
   /**
    * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease): what a
-   * later owner replays instead of the whole log behind it. `replay(snapshot(s))` restores them.
+   * later owner replays instead of the whole log behind it. `replay(snapshot(s))` restores them. It
+   * visits that shard's ledgers only (`LedgerStore.inShard`).
    */
   snapshot(shard: number): LogEntry[] {
     const entries: LogEntry[] = [];
     const batches = new Map<string, { nodeId: string; nodeEpoch: string; reports: Report[] }>();
-    for (const list of this.ledgers.values()) {
-      for (const l of list) {
-        if (this.cfg.shardOf(l.keyId, l.windowId) !== shard) continue;
-        for (const lease of l.leases) {
-          if (lease.grantSeq > 0) entries.push({ kind: 'grant', grant: this.restate(l, lease) });
-          const key = `${lease.nodeId}|${lease.nodeEpoch}`;
-          let b = batches.get(key);
-          if (b === undefined) batches.set(key, (b = { nodeId: lease.nodeId, nodeEpoch: lease.nodeEpoch, reports: [] }));
-          b.reports.push({
-            keyId: l.keyId,
-            windowId: l.windowId,
-            windowMs: l.windowMs,
-            limit: l.allowance,
-            lease: lease.lease,
-            seq: lease.seq,
-            spent: lease.spent,
-            issued: lease.issued,
-            selfIssued: lease.selfIssued,
-            released: lease.released,
-            demand: lease.demand,
-            held: Math.max(0, held(lease)),
-            selfGrant: lease.selfIssued > 0,
-          });
-        }
+    for (const l of this.ledgers.inShard(shard)) {
+      for (const lease of l.leases) {
+        if (lease.grantSeq > 0) entries.push({ kind: 'grant', grant: this.restate(l, lease) });
+        const key = `${lease.nodeId}|${lease.nodeEpoch}`;
+        let b = batches.get(key);
+        if (b === undefined) batches.set(key, (b = { nodeId: lease.nodeId, nodeEpoch: lease.nodeEpoch, reports: [] }));
+        b.reports.push({
+          keyId: l.keyId,
+          windowId: l.windowId,
+          windowMs: l.windowMs,
+          limit: l.allowance,
+          lease: lease.lease,
+          seq: lease.seq,
+          spent: lease.spent,
+          issued: lease.issued,
+          selfIssued: lease.selfIssued,
+          released: lease.released,
+          demand: lease.demand,
+          held: Math.max(0, held(lease)),
+          selfGrant: lease.selfIssued > 0,
+        });
       }
     }
     for (const b of batches.values()) entries.push({ kind: 'report', batch: { shard, round: 0, ...b } });
@@ -492,12 +423,8 @@ export class FoldOwner {
 
   /** Drops ledgers of windows that ended (`ended`: two rounds ago), and forgets ended self-grant episodes. */
   sweep(nowMs: number): void {
-    for (const [keyId, list] of this.ledgers) {
-      const live = list.filter((l) => !this.ended(l.windowEnd, nowMs));
-      this.ledgerCount -= list.length - live.length;
-      if (live.length === 0) this.ledgers.delete(keyId);
-      else if (live.length !== list.length) this.ledgers.set(keyId, live);
-    }
+    // `ended`, as the store counts it: the window's end at or before this.
+    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs);
     const mono = this.cfg.clock.monotonic();
     for (const [node, at] of this.selfGrantSeen) if (at + 60_000 < mono) this.selfGrantSeen.delete(node);
     // A process unheard of for ten minutes is gone (a new one has a new epoch and starts over).
@@ -506,7 +433,7 @@ export class FoldOwner {
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */
   committed(keyId: string, windowMs: number, windowId: number): number {
-    const l = this.find(keyId, windowMs, windowId);
+    const l = this.ledgers.find(keyId, windowMs, windowId);
     return l === undefined ? 0 : committed(l);
   }
 
@@ -515,27 +442,27 @@ export class FoldOwner {
    * reserve included); 0 without a ledger here (the window's owner is elsewhere, or nobody asked).
    */
   unissued(keyId: string, windowMs: number, windowId: number): number {
-    const l = this.find(keyId, windowMs, windowId);
+    const l = this.ledgers.find(keyId, windowMs, windowId);
     return l === undefined ? 0 : Math.max(0, l.allowance - committed(l));
   }
 
   /** What this owner's float of a (key, window) can give now: on record, not yet moved out. */
   float(keyId: string, windowMs: number, windowId: number): number {
-    const l = this.find(keyId, windowMs, windowId);
+    const l = this.ledgers.find(keyId, windowMs, windowId);
     return l === undefined ? 0 : this.floatLeft(l, false);
   }
 
   /** Credit issued to nodes' leases for a (key, window): a float's credit counts once it moved to one. */
   issued(keyId: string, windowMs: number, windowId: number): number {
     let sum = 0;
-    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) if (!lease.float) sum += lease.issued;
+    for (const lease of this.ledgers.find(keyId, windowMs, windowId)?.leases ?? []) if (!lease.float) sum += lease.issued;
     return sum;
   }
 
   /** Admissions merged from reports for a (key, window), summed over leases and node epochs. */
   spent(keyId: string, windowMs: number, windowId: number): number {
     let sum = 0;
-    for (const lease of this.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.spent;
+    for (const lease of this.ledgers.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.spent;
     return sum;
   }
 
@@ -548,20 +475,18 @@ export class FoldOwner {
     let ledgers = 0;
     let sum = 0;
     let allowance = 0;
-    for (const list of this.ledgers.values()) {
-      for (const l of list) {
-        if (l.windowEnd <= nowMs) continue;
-        ledgers++;
-        sum += committed(l);
-        allowance += l.allowance;
-      }
+    for (const l of this.ledgers.all()) {
+      if (l.windowEnd <= nowMs) continue;
+      ledgers++;
+      sum += committed(l);
+      allowance += l.allowance;
     }
     return { ledgers, committed: sum, allowance };
   }
 
   /** Number of ledgers held. */
   get size(): number {
-    return this.ledgerCount;
+    return this.ledgers.size;
   }
 
   /** What a node advertising `demand` (over `demandRounds`) spends in `n` rounds, rounded up. */
@@ -702,7 +627,7 @@ export class FoldOwner {
       nodeId: lease.nodeId,
       nodeEpoch: lease.nodeEpoch,
       lease: lease.lease,
-      ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(l.keyId, l.windowId)),
+      ownerEpoch: this.cfg.ownerEpoch(l.shard),
       keep,
       exhausted,
       grantSeq: lease.grantSeq,
@@ -738,7 +663,7 @@ export class FoldOwner {
       nodeEpoch: lease.nodeEpoch,
       lease: lease.lease,
       grantSeq: lease.grantSeq,
-      ownerEpoch: this.cfg.ownerEpoch(this.cfg.shardOf(ledger.keyId, ledger.windowId)),
+      ownerEpoch: this.cfg.ownerEpoch(ledger.shard),
       issued: lease.issued,
       ...(lease.floated > 0 ? { floated: lease.floated } : {}),
     };
@@ -755,7 +680,7 @@ export class FoldOwner {
   private available(l: Ledger, withReserve: boolean): number {
     const fleet = Math.max(1, this.cfg.fleet.size());
     let holdback = 0;
-    for (const node of this.cfg.fleet.unsettled(this.cfg.shardOf(l.keyId, l.windowId), this.foldedRound)) {
+    for (const node of this.cfg.fleet.unsettled(l.shard, this.foldedRound)) {
       if (!l.leases.some((lease) => lease.nodeId === node && (lease.reported > 0 || lease.selfIssued > 0))) holdback += Math.ceil(l.allowance / fleet);
     }
     // Credit already committed into the reserve (seen on replay) means the reserve is gone; in the
@@ -770,40 +695,6 @@ export class FoldOwner {
 
   private reserveOf(l: Ledger): number {
     return Math.floor(l.allowance * this.cfg.reserveRatio);
-  }
-
-  private find(keyId: string, windowMs: number, windowId: number): Ledger | undefined {
-    const list = this.ledgers.get(keyId);
-    if (list !== undefined) for (const l of list) if (l.windowId === windowId && l.windowMs === windowMs) return l;
-    return undefined;
-  }
-
-  private ledgerFor(keyId: string, windowId: number, windowMs: number, limit: number): Ledger {
-    let l = this.find(keyId, windowMs, windowId);
-    if (l === undefined) {
-      const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
-      l = { keyId, windowId, windowMs, windowEnd, allowance: limit, reserveReleased: false, announced: false, leases: [], asks: 0, askPeak: 0, asked: false };
-      const list = this.ledgers.get(keyId);
-      if (list === undefined) this.ledgers.set(keyId, [l]);
-      else list.push(l);
-      this.ledgerCount++;
-    }
-    // A policy change mid-window moves the allowance; credit already committed stays committed.
-    l.allowance = limit;
-    return l;
-  }
-
-  private leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: number): Lease {
-    const found = leaseIn(l, nodeEpoch, leaseNo);
-    if (found !== undefined) return found;
-    const lease: Lease = {
-      nodeId, nodeEpoch, lease: leaseNo, float: nodeEpoch.startsWith(FLOAT_PREFIX), issued: 0, floated: 0, onRecord: 0, recordEpoch: 0,
-      reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1,
-    };
-    // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
-    if (l.leases.length === 0) l.leases = [lease];
-    else l.leases.push(lease);
-    return lease;
   }
 }
 
@@ -841,10 +732,4 @@ function tally(l: Ledger): { direct: number; floats: number; floated: number } {
 /** What a grant states beyond the credit it took from a float. */
 function directOf(g: Grant): number {
   return g.issued - (g.floated ?? 0);
-}
-
-/** The lease of `l` with this node epoch and lease number. */
-function leaseIn(l: Ledger, nodeEpoch: string, leaseNo: number): Lease | undefined {
-  for (const lease of l.leases) if (lease.lease === leaseNo && lease.nodeEpoch === nodeEpoch) return lease;
-  return undefined;
 }

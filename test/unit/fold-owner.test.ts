@@ -237,7 +237,7 @@ describe('fold owner: the only issuer of credit', () => {
   it('drops ledgers two rounds after the window ends', () => {
     const o = owner();
     o.onCreditRequest(req('a', 1, 1));
-    const end = (o as unknown as { ledgers: Map<string, Array<{ windowEnd: number }>> }).ledgers.get(KEY)![0]!.windowEnd;
+    const end = windowEndMs(WID, W, phaseOffset(KEY, W));
     o.sweep(end + 49);
     expect(o.size).to.equal(1);
     o.sweep(end + 50);
