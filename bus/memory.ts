@@ -4,35 +4,10 @@ import type { OwnerLink } from '../lib/lease-node.js';
 import { shardOf, type CreditRequest, type Grant, type OwnerMessage, type ReportBatch } from '../lib/protocol/messages.js';
 import { presentAt, rejoining, seen, statedContact, unsettled, withinReach, type Heartbeat, type NodeBeat, type Presence } from '../lib/membership.js';
 import { rendezvousOwner } from './rendezvous.js';
+import { SimNetwork, type BusFaults, type Scheduler } from './sim-network.js';
 import type { Bus, CreditOwner, LogEntry, NodeIdentity } from './types.js';
 
-/** Delays a delivery; the simulator's event queue implements it on a virtual clock. */
-export interface Scheduler {
-  after(delayMs: number, run: () => void): void;
-}
-
-/** Faults injected into every message (simulator and tests). */
-export interface BusFaults {
-  /** One-way latency, ms. */
-  readonly latencyMs: number;
-  /** Uniform random extra latency, ms. */
-  readonly jitterMs: number;
-  /** Probability that a message is lost. */
-  readonly loss: number;
-  /** Probability that a message is delivered twice. */
-  readonly duplicate: number;
-  /** Uniform random extra delay that reorders messages, ms. */
-  readonly reorderMs: number;
-  /** A slow tail: with probability `p` a message takes up to `ms` more (uniform), as a busy host's do. */
-  readonly tail?: { readonly p: number; readonly ms: number };
-  /** Whether nothing passes from `from` to `to` right now (partitions, an unreachable owner). */
-  readonly blocked: (from: string, to: string) => boolean;
-  /**
-   * Until when (ms, the scheduler's clock) the process of `nodeId` is paused, if it is: what is sent to
-   * it waits until then, and an owner that is paused answers no ask in time.
-   */
-  readonly pausedUntil?: (nodeId: string) => number;
-}
+export type { BusFaults, Scheduler } from './sim-network.js';
 
 /** Options of the in-memory bus. */
 export interface MemoryBusOptions {
@@ -76,7 +51,12 @@ export class MemoryBus implements Bus {
   /** Counters for the simulator: fast paths that missed the deadline, messages sent, lost. */
   readonly stats = { fastPathTimeouts: 0, messages: 0, lost: 0, fastPathRttMs: [] as number[] };
 
-  constructor(private readonly opts: MemoryBusOptions) {}
+  /** Latency, loss, duplication and pauses between members (none in one process without a scheduler). */
+  private readonly net: SimNetwork;
+
+  constructor(private readonly opts: MemoryBusOptions) {
+    this.net = new SimNetwork(opts.clock, opts.scheduler, opts.faults, opts.random ?? Math.random, this.stats);
+  }
 
   connectNode(node: NodeIdentity, onMessage: (message: OwnerMessage) => void): OwnerLink {
     this.nodes.set(node.nodeId, { epoch: node.nodeEpoch, deliver: onMessage });
@@ -183,26 +163,26 @@ export class MemoryBus implements Bus {
         continue;
       }
       // Remote owner: the request and its answer each cross the network once.
-      const there = this.transit(node.nodeId, ownerId);
+      const there = this.net.transit(node.nodeId, ownerId);
       if (there === undefined) {
         missed = true;
         continue;
       }
       // A request is a sign of life too: the owner learns the node is back before it answers.
       this.heard(ownerId, node.nodeId);
-      const resume = this.pausedUntil(ownerId, there);
+      const resume = this.net.pausedUntil(ownerId, there);
       if (resume !== undefined) {
         // A paused owner answers when it resumes: far too late for this request.
         this.stats.fastPathTimeouts++;
         missed = true;
         this.opts.scheduler.after(resume, () => {
           const g = this.answer(owner, shard, r);
-          if (g !== undefined) this.schedule(ownerId, node.nodeId, () => this.deliverNow(g));
+          if (g !== undefined) this.net.send(ownerId, node.nodeId, () => this.deliverNow(g));
         });
         continue;
       }
       const g = this.answer(owner, shard, r);
-      const back = this.transit(ownerId, node.nodeId);
+      const back = this.net.transit(ownerId, node.nodeId);
       const rtt = back === undefined ? Number.POSITIVE_INFINITY : there + back;
       if (rtt <= deadlineMs) {
         this.stats.fastPathRttMs.push(rtt);
@@ -243,7 +223,7 @@ export class MemoryBus implements Bus {
       for (const m of owner.onReports(batch)) this.send(m);
     };
     if (ownerId === node.nodeId || this.opts.scheduler === undefined) deliver();
-    else this.schedule(node.nodeId, ownerId, deliver);
+    else this.net.send(node.nodeId, ownerId, deliver);
   }
 
   /**
@@ -286,51 +266,12 @@ export class MemoryBus implements Bus {
     if (m.type === 'grant') this.log(shardOf(m.keyId, m.windowId, this.opts.shards), { kind: 'grant', grant: m });
     const from = this.ownerOfShard[shardOf(m.keyId, m.windowId, this.opts.shards)] ?? m.nodeId;
     if (from === m.nodeId || this.opts.scheduler === undefined) this.deliverNow(m);
-    else this.schedule(from, m.nodeId, () => this.deliverNow(m));
+    else this.net.send(from, m.nodeId, () => this.deliverNow(m));
   }
 
   private deliverNow(m: OwnerMessage): void {
     const n = this.nodes.get(m.nodeId);
     if (n !== undefined && n.epoch === m.nodeEpoch && !this.closed) n.deliver(m);
-  }
-
-  /** One-way transit time from `from` to `to`, or undefined if the message is lost or blocked. */
-  private transit(from: string, to: string): number | undefined {
-    const f = this.opts.faults;
-    this.stats.messages++;
-    if (f === undefined) return 0;
-    const rand = this.opts.random ?? Math.random;
-    if (f.blocked(from, to) || rand() < f.loss) {
-      this.stats.lost++;
-      return undefined;
-    }
-    const slow = f.tail !== undefined && rand() < f.tail.p ? rand() * f.tail.ms : 0;
-    return f.latencyMs + rand() * f.jitterMs + rand() * f.reorderMs + slow;
-  }
-
-  private schedule(from: string, to: string, run: () => void): void {
-    const scheduler = this.opts.scheduler!;
-    // What lands while its receiver is paused waits for it to resume.
-    const land = (): void => {
-      const resume = this.pausedUntil(to, 0);
-      if (resume === undefined) run();
-      else scheduler.after(resume, land);
-    };
-    const t = this.transit(from, to);
-    if (t === undefined) return;
-    scheduler.after(t, land);
-    const f = this.opts.faults;
-    if (f !== undefined && (this.opts.random ?? Math.random)() < f.duplicate) {
-      const again = this.transit(from, to);
-      if (again !== undefined) scheduler.after(again, land);
-    }
-  }
-
-  /** If `nodeId` is paused `inMs` from now, how long after now it resumes. */
-  private pausedUntil(nodeId: string, inMs: number): number | undefined {
-    const until = this.opts.faults?.pausedUntil?.(nodeId);
-    const at = this.opts.clock.now() + inMs;
-    return until !== undefined && until > at ? until - this.opts.clock.now() : undefined;
   }
 
   private log(shard: number, entry: LogEntry): void {
