@@ -34,24 +34,16 @@ export class LocalCounters implements Enforcer, QuotaSource {
   /** Never degraded: there is no owner to lose contact with. */
   readonly degraded = false;
   private readonly map = new Map<string, Counts>();
-  private windowCount = 0;
   private roundNo = 0;
   private cursor: IterableIterator<[string, Counts]> | undefined;
-  readonly buckets: { readonly size: number; readonly overCap: number };
+  /** Windows counted (a bucket each, as a fleet node would hold); never over a cap, there is none. */
+  readonly buckets = { size: 0, overCap: 0 };
 
   /** @param sweepRounds rounds over which the sweep visits every key once */
   constructor(
     private readonly clock: Clock,
     private readonly sweepRounds = 40,
-  ) {
-    const self = this;
-    this.buckets = {
-      get size() {
-        return self.windowCount;
-      },
-      overCap: 0,
-    };
-  }
+  ) {}
 
   get round(): number {
     return this.roundNo;
@@ -95,7 +87,7 @@ export class LocalCounters implements Enforcer, QuotaSource {
       const [keyId, e] = next.value;
       if (ended(e, now)) {
         this.map.delete(keyId);
-        this.windowCount -= e.limits.windows.length;
+        this.buckets.size -= e.limits.windows.length;
       }
     }
   }
@@ -158,7 +150,7 @@ export class LocalCounters implements Enforcer, QuotaSource {
       else counts.push(-1, phaseOffset(keyId, w.windowMs), 0); // rolled into the running window at once
     }
     const e = new Counts(limits, counts);
-    this.windowCount += limits.windows.length - (previous?.limits.windows.length ?? 0);
+    this.buckets.size += limits.windows.length - (previous?.limits.windows.length ?? 0);
     this.map.set(keyId, e);
     return e;
   }

@@ -79,7 +79,7 @@ async function main(): Promise<void> {
   try {
     v = parseArgs({ options: { 'deadline-ms': { type: 'string' }, transport: { type: 'string' }, redis: { type: 'string' } }, strict: true }).values;
   } catch (err) {
-    throw new Error(`${(err as Error).message}\n${USAGE}`);
+    throw new Error(`${(err as Error).message}\n${USAGE}`, { cause: err });
   }
   const deadline = v['deadline-ms'] ?? '1';
   if (!/^\d+(\.\d+)?$/.test(deadline) || Number(deadline) < 0.1 || Number(deadline) > 100) throw new Error(`--deadline-ms must be a number from 0.1 to 100, got "${deadline}"\n${USAGE}`);

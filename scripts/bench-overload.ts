@@ -59,7 +59,7 @@ async function main(): Promise<void> {
   try {
     v = parseArgs({ options: { rate: { type: 'string' }, keys: { type: 'string' }, seconds: { type: 'string' }, burners: { type: 'string' } }, strict: true }).values;
   } catch (err) {
-    throw new Error(`${(err as Error).message}\n${USAGE}`);
+    throw new Error(`${(err as Error).message}\n${USAGE}`, { cause: err });
   }
   const rate = count('rate', v.rate, 1500, 1, 100_000);
   const keys = count('keys', v.keys, 5000, 1, 1_000_000);

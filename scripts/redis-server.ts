@@ -318,12 +318,11 @@ async function createWithCommands(nodes: ReadonlyArray<{ port: number; busPort: 
 /** Resolves once every node reports `cluster_state:ok` and knows all `ports.length` nodes. */
 async function waitClusterOk(ports: readonly number[]): Promise<void> {
   const deadline = Date.now() + CLUSTER_TIMEOUT_MS;
-  let last = '';
   for (;;) {
     const infos = await Promise.all(ports.map((p) => withNode(p, (r) => r.call('CLUSTER', 'INFO')).then(String, (err: Error) => `error: ${err.message}`)));
     const ok = (info: string): boolean => info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${ports.length}\r\n`);
     if (infos.every(ok)) return;
-    last = infos.map((info, i) => `port ${ports[i]}: ${info.split('\r\n').slice(0, 3).join(' ')}`).join('\n');
+    const last = infos.map((info, i) => `port ${ports[i]}: ${info.split('\r\n').slice(0, 3).join(' ')}`).join('\n');
     if (Date.now() > deadline) throw new Error(`the cluster did not reach cluster_state:ok within ${CLUSTER_TIMEOUT_MS / 1000} s:\n${last}`);
     await sleep(100);
   }

@@ -169,16 +169,14 @@ describe('lease node: the decision path', () => {
     const sustEnd = (now: number) => windowEndMs(windowIdAt(now, 60_000, phaseOffset(KEY, 60_000)), 60_000, phaseOffset(KEY, 60_000));
 
     it('only the burst window is short: wait to the burst boundary', () => {
-      let node: LeaseNode | undefined;
-      node = makeNode(grantingLink({ 1000: 0, 60_000: 100 }, (m) => node!.onMessage(m)), clock);
+      const node: LeaseNode = makeNode(grantingLink({ 1000: 0, 60_000: 100 }, (m) => node.onMessage(m)), clock);
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('burst');
       expect(r.retryAfterMs).to.equal(burstEnd(clock.now()) - clock.now());
     });
 
     it('both windows short: wait to the later (sustained) boundary, not the one checked first', () => {
-      let node: LeaseNode | undefined;
-      node = makeNode(grantingLink({ 1000: 0, 60_000: 0 }, (m) => node!.onMessage(m)), clock);
+      const node: LeaseNode = makeNode(grantingLink({ 1000: 0, 60_000: 0 }, (m) => node.onMessage(m)), clock);
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('sustained');
       expect(r.retryAfterMs).to.equal(sustEnd(clock.now()) - clock.now());
