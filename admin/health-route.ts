@@ -1,5 +1,5 @@
 import express, { type Router } from 'express';
-import { KeySchema, parseOwnerEntry } from '../bus/keys.js';
+import { KeySchema, parseOwnerEntry, type StoredNodeStatus } from '../bus/keys.js';
 import { StoreRecordError } from '../bus/store-signature.js';
 import type { AdminContext } from './context.js';
 
@@ -14,13 +14,6 @@ const refusedAs =
     throw err;
   };
 
-/** What a node publishes of itself (`rateLimiter`'s status), as far as the health view reads it. */
-interface NodeStatus {
-  nodeEpoch?: string;
-  degraded?: boolean;
-  policyVersion?: number;
-  leases?: { committed: number; allowance: number };
-}
 
 /** `GET /health`: members, their statuses, shard ownership and the stored records, with one `ok`. */
 export function healthRouter(ctx: AdminContext): Router {
@@ -40,10 +33,10 @@ export function healthRouter(ctx: AdminContext): Router {
     const refused = [policy, sw].filter((x): x is Refused => x !== undefined && 'refused' in x);
     const policyOk = policy !== undefined && !('refused' in policy);
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
-    const nodes: Array<{ node: string; nodeEpoch: string | null; lastRoundMsAgo: number; status: NodeStatus | null }> = [];
+    const nodes: Array<{ node: string; nodeEpoch: string | null; lastRoundMsAgo: number; status: StoredNodeStatus | null }> = [];
     for (let i = 0; i + 1 < members.length; i += 2) {
       const id = members[i]!;
-      const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as NodeStatus);
+      const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as StoredNodeStatus);
       // A status from an earlier process of the same node id is not this one's.
       const current = st !== undefined && st.nodeEpoch === epochs[id] ? st : undefined;
       nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: now - Number(members[i + 1]), status: current ?? null });

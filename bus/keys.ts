@@ -68,3 +68,25 @@ export function parseOwnerEntry(value: string): OwnerEntry {
   const [node = '', nodeEpoch = ''] = token.split('/');
   return { node, nodeEpoch, epoch: Number(epoch), expiresAt: Number(exp) };
 }
+
+/** What a node publishes of itself, once a second, in `frl:{ctl}:status` (the admin API's health view). */
+export interface NodeStatus {
+  /** Whether some shard's owner has been out of reach for longer than `degradedAfterMs`. */
+  readonly degraded: boolean;
+  /** The longest silence of any shard's owner toward the node, ms. */
+  readonly foldAgeMs: number;
+  /** False while the kill switch has enforcement off. */
+  readonly enforcing: boolean;
+  readonly policyVersion: number;
+  readonly buckets: number;
+  /** As a shard owner: credit committed over the windows running, and their allowance. */
+  readonly leases: { readonly ledgers: number; readonly committed: number; readonly allowance: number };
+  readonly eventsDropped: number;
+}
+
+/** A status as stored: stamped by the bus with the process, the shards it owns and the time. */
+export interface StoredNodeStatus extends NodeStatus {
+  readonly nodeEpoch: string;
+  readonly ownedShards: number;
+  readonly at: number;
+}

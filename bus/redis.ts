@@ -9,7 +9,7 @@ import { EnvelopeCodec, EnvelopeError, type Bodies, type Envelope, type Envelope
 import { FastPath, type FastPathStats } from './fast-path.js';
 import { DirectChannel, REFRESH_ROUNDS } from './direct-channel.js';
 import { FleetTable, LEASE_ROUNDS } from './fleet-table.js';
-import { KeySchema } from './keys.js';
+import { KeySchema, type NodeStatus, type StoredNodeStatus } from './keys.js';
 import { LogFence } from './log-fence.js';
 import { LoopStalls } from './loop-stall.js';
 import { MessageRouter, type Answer } from './message-router.js';
@@ -21,7 +21,7 @@ import { defineControlScripts, defineGrantScript, scripts, type RoundReply } fro
 import { ShardLog } from './shard-log.js';
 import { ShardReader } from './shard-reader.js';
 import { Takeover } from './takeover.js';
-import type { Bus, CreditOwner, NodeIdentity } from './types.js';
+import type { Bus, BusCounters, CreditOwner, NodeIdentity } from './types.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 /** Settings the limiter adds from its own options. */
@@ -245,10 +245,16 @@ export class RedisBus implements Bus {
    * Publishes this node's status for the admin API's health view (A2): one field of
    * `frl:{ctl}:status`, stamped with the time. Fire and forget.
    */
-  publishStatus(status: object): void {
+  publishStatus(status: NodeStatus): void {
     if (this.closed || this.identity === undefined) return;
-    const value = JSON.stringify({ ...status, nodeEpoch: this.identity.nodeEpoch, ownedShards: this.ownedShards().length, at: Date.now() });
+    const stored: StoredNodeStatus = { ...status, nodeEpoch: this.identity.nodeEpoch, ownedShards: this.ownedShards().length, at: Date.now() };
+    const value = JSON.stringify(stored);
     this.redis.hset(this.keys.ctl('status'), this.identity.nodeId, value).catch((err: Error) => this.warn(err, 'status not published'));
+  }
+
+  /** The counters the metrics read (`Bus.counters`). */
+  get counters(): BusCounters {
+    return this.stats;
   }
 
   /** Shards this node owns and serves now. */

@@ -2,8 +2,22 @@ import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
+import type { NodeStatus } from './keys.js';
 
 export type { LogEntry };
+
+/** Counters a transport may keep; the metrics read those present. */
+export interface BusCounters {
+  /** Entries and messages rejected, by reason. */
+  readonly rejected: Readonly<Record<string, number>>;
+  /** Messages from a deposed owner. */
+  readonly staleMessages: number;
+  /** Fast-path asks sent to remote owners, and those of them sent over the direct channel. */
+  readonly asksSent: number;
+  readonly asksDirect: number;
+  /** As an owner: grants issued but never sent (log write failed or fenced). */
+  readonly grantsWithheld: number;
+}
 
 /** What the bus needs from an owner: the owner side of the protocol (`FoldOwner` implements it). */
 export interface CreditOwner {
@@ -49,6 +63,10 @@ export interface Bus {
   fleetSize(): number;
   /** Settles once the node can reach every shard's owner (immediately for the in-memory bus). */
   ready?(): Promise<void>;
+  /** Publishes this node's status where the admin API's health view reads it (the Redis bus does). */
+  publishStatus?(status: NodeStatus): void;
+  /** Counters some transports keep (the Redis bus does), for the metrics. */
+  readonly counters?: BusCounters;
   /** Stops delivery; idempotent. */
   close(): Promise<void>;
 }

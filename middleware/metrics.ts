@@ -24,12 +24,6 @@ export interface MetricSources {
   readonly policyRejections?: () => Readonly<Record<string, number>> | undefined;
 }
 
-/** Bus counters some transports keep (the Redis bus does); read if present. */
-interface BusStats {
-  readonly stats?: { rejected?: Record<string, number>; staleMessages?: number; asksSent?: number; asksDirect?: number; grantsWithheld?: number };
-}
-
-const busStats = (src: MetricSources): BusStats['stats'] => (src.bus as BusStats | undefined)?.stats;
 
 /**
  * Decisions made without waiting are timed one in this many, each sample counted this many times:
@@ -166,7 +160,7 @@ class ProcessMetrics {
       ['reason'],
       (c) =>
         each((src, node) => {
-          const bus = busStats(src);
+          const bus = src.bus?.counters;
           for (const [reason, n] of Object.entries(bus?.rejected ?? {})) mirror(c, node, n, { reason });
           mirror(c, node, (bus?.staleMessages ?? 0) + src.node.stats.staleOwnerEpoch, { reason: 'stale_owner' });
         }),
@@ -183,16 +177,16 @@ class ProcessMetrics {
       ['transport'],
       (c) =>
         each((src, node) => {
-          const bus = busStats(src);
-          if (bus?.asksSent === undefined) return;
-          mirror(c, node, bus.asksDirect ?? 0, { transport: 'direct' });
-          mirror(c, node, bus.asksSent - (bus.asksDirect ?? 0), { transport: 'redis' });
+          const bus = src.bus?.counters;
+          if (bus === undefined) return;
+          mirror(c, node, bus.asksDirect, { transport: 'direct' });
+          mirror(c, node, bus.asksSent - bus.asksDirect, { transport: 'redis' });
         }),
     );
     fromNode(
       'fleet_ratelimit_grants_withheld_total',
       'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
-      (src) => busStats(src)?.grantsWithheld ?? 0,
+      (src) => src.bus?.counters?.grantsWithheld ?? 0,
     );
     gauge('fleet_ratelimit_fold_age_seconds', 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.', [], (g) =>
       each((src, node) => g.set({ node }, src.node.longestSilenceMs() / 1000)),

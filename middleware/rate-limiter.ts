@@ -1,30 +1,19 @@
-import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, Response } from 'express';
 import type { Logger } from '../lib/logger.js';
 import { defaultLogger } from './default-logger.js';
-import type { PolicyFeed } from '../bus/policy-feed.js';
-import { EventLog } from '../bus/events.js';
-import { LoopStalls } from '../bus/loop-stall.js';
-import { connect } from '../bus/redis-connection.js';
-import { RedisBus } from '../bus/redis.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, PolicyError, RateLimiterError } from '../lib/errors.js';
 import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
-import { LocalCounters } from '../lib/local-counters.js';
-import type { Enforcer } from '../lib/node-contract.js';
-import type { Bus } from '../bus/types.js';
-import { joinFleet } from '../bus/member.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { callOnLimited, withSkip } from './hooks.js';
 import { CallerResolver, type Caller } from './identify.js';
 import { claimNodeId } from './instances.js';
-import { followStore } from './live-policy.js';
 import { parseOptions, type RateLimiterOptions } from './options.js';
+import { Runtime } from './runtime.js';
 import { LimiterMetrics } from './metrics.js';
-import { fleetQuota, QuotaReader } from './quota.js';
 import { correlationIdOf, denialHeaders, sendProblem } from './responses.js';
 import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
@@ -43,65 +32,33 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   // Checked before anything is started: a taken node id, a registry holding other metrics of our names.
   const releaseNodeId = claimNodeId(cfg.nodeId);
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
+  let policy = cfg.policy;
+  let enforcing = true;
   let metrics: LimiterMetrics;
+  let runtime: Runtime;
   try {
     metrics = new LimiterMetrics(cfg.registry);
+    runtime = new Runtime(cfg, logger, {
+      setPolicy: (p) => (policy = p),
+      get enforcing() {
+        return enforcing;
+      },
+      setEnforcing: (on) => (enforcing = on),
+      get policyVersion() {
+        return policy.version;
+      },
+    });
   } catch (err) {
     releaseNodeId();
     throw err;
   }
-  const ownBus = cfg.bus === undefined;
-  // This process's own stalls: exported, and not taken for owner silence.
-  const loop = LoopStalls.started(clock);
-  // A fleet of one (no Redis, no bus given) decides against counts of its own: nothing to lease.
-  const bus: Bus | undefined =
-    cfg.bus ?? (cfg.redis !== undefined ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop }) : undefined);
-  const { nodeId, shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs } = cfg;
-  const member = { nodeId, nodeEpoch: randomUUID(), shards, maxBuckets, roundMs, fastPathDeadlineMs, headroom, reserveRatio, degradedAfterMs };
-  const fleet = bus === undefined ? undefined : joinFleet(bus, member, clock);
-  const local = fleet === undefined ? new LocalCounters(clock) : undefined;
-  const node: Enforcer = fleet?.node ?? local!;
-  const owner = fleet?.owner;
-  const leases = (now: number): { ledgers: number; committed: number; allowance: number } => (owner ?? local!).totals(now);
+  const { node, quota, bus, events } = runtime;
+  const { nodeId } = cfg;
   const capacity = new AdmissionCapacity(clock);
   const callers = new CallerResolver(cfg, hasher, logger);
-  const quota = new QuotaReader(fleet === undefined ? local! : fleetQuota(fleet.node, fleet.owner), clock);
-  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
-  let policy = cfg.policy;
-  let enforcing = true;
-  // With Redis, every 429 and 503 is recorded as a limit event, written off the request path.
-  const eventsRedis = cfg.redis === undefined ? undefined : connect(cfg.redis, { commandTimeout: 2000 });
-  eventsRedis?.on('error', () => undefined); // a lost flush is counted in events.dropped
-  const events = eventsRedis === undefined ? undefined : new EventLog(eventsRedis, cfg.redis!.prefix);
-  const flushTimer = events === undefined ? undefined : setInterval(() => void events.flush(), 250);
-  flushTimer?.unref();
-  // With Redis, the live policy and the kill switch come from the store (P4).
-  const feed: PolicyFeed | undefined =
-    cfg.redis === undefined
-      ? undefined
-      : followStore(cfg.redis, { setPolicy: (p) => (policy = p), get enforcing() { return enforcing; }, setEnforcing: (on) => (enforcing = on) }, logger);
-  metrics.attach({ nodeId, stats, node, owner, bus, leases, loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
-
-  let sweepAt = 0;
-  const timer = setInterval(() => {
-    try {
-      node.endRound();
-      const now = clock.now();
-      if (now >= sweepAt) {
-        owner?.sweep(now);
-        sweepAt = now + 1000;
-        if (bus instanceof RedisBus) bus.publishStatus(status(now));
-      }
-    } catch (err) {
-      logger.error({ err }, 'reconciliation round failed');
-    }
-  }, cfg.roundMs);
-  timer.unref();
-
-  /** What the admin API's health view shows of this node (A2). */
-  function status(now: number): object {
-    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing, policyVersion: policy.version, buckets: node.buckets.size, leases: leases(now), eventsDropped: events?.dropped ?? 0 };
-  }
+  const feed = runtime.feed;
+  metrics.attach({ nodeId, stats, node, owner: runtime.owner, bus, leases: (now) => runtime.leases(now), loop: runtime.loop, ...(events ? { events } : {}), policyRejections: () => feed?.rejected });
 
   const fixedClass = cfg.routeClass;
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
@@ -264,15 +221,9 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     },
     close(): Promise<void> {
       closing ??= (async () => {
-        clearInterval(timer);
-        clearInterval(flushTimer);
-        loop.stop();
         metrics.close();
         try {
-          await feed?.close();
-          await events?.flush();
-          await eventsRedis?.quit().catch(() => eventsRedis.disconnect());
-          if (ownBus) await bus?.close();
+          await runtime.close();
         } finally {
           releaseNodeId();
         }
