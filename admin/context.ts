@@ -85,7 +85,8 @@ export class AdminContext {
   /** Bearer-token auth: 401 without a token, 403 with a wrong one or the wrong role. */
   private authorize(role: Role): RequestHandler {
     return (req: Request, res: Response, next: NextFunction): void => {
-      const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
+      // The scheme is case-insensitive (RFC 9110 §11.1).
+      const m = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '');
       if (m === null) {
         res.setHeader('WWW-Authenticate', 'Bearer realm="fleet-ratelimit admin"');
         return problem(res, 401, 'UNAUTHORIZED', 'A bearer token is required');

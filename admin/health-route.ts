@@ -61,8 +61,8 @@ export function healthRouter(ctx: AdminContext): Router {
       enforcing,
       policyVersion: policyOk ? policy.version : null,
       // One answer to "is every node enforcing the right limits right now": not without a stored,
-      // signed policy, nor while the store holds a record no node will apply.
-      ok: policyOk && refused.length === 0 && degraded.length === 0 && stalePolicy.length === 0 && enforcing && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+      // signed policy, nor while the store holds a record no node will apply, nor with no node at all.
+      ok: policyOk && refused.length === 0 && nodes.length > 0 && degraded.length === 0 && stalePolicy.length === 0 && enforcing && shards.length > 0 && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
       refusedRecords: refused,
       degradedNodes: degraded,
       nodesOnAnotherPolicy: stalePolicy,

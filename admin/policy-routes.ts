@@ -1,6 +1,6 @@
 import express, { type Router } from 'express';
 import Joi from 'joi';
-import type { PlanDef, PolicyDoc } from '../lib/policy.js';
+import { RESERVED_NAMES, type PlanDef, type PolicyDoc } from '../lib/policy.js';
 import { BadRequest, problem, reason, valid, type AdminContext } from './context.js';
 
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -13,7 +13,7 @@ const bodies = {
   reasonOnly: Joi.object({ reason }),
   killSwitch: Joi.object({ enforce: Joi.boolean().strict().required(), reason }),
 };
-const planName = Joi.string().pattern(NAME).required();
+const planName = Joi.string().pattern(NAME).invalid(...RESERVED_NAMES).required();
 const auditQuery = Joi.object({ limit: Joi.number().integer().min(1).max(1000).default(100) });
 
 /** Policy, plans, per-key overrides, the audit trail and the kill switch. */

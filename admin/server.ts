@@ -25,6 +25,9 @@ for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] as co
 const policySecret = env.POLICY_SECRET || env.BUS_SECRET;
 if (!policySecret || policySecret.length < 16) problems.push('POLICY_SECRET (or BUS_SECRET, the gateways\' secret the policy is signed under) must be set, at least 16 characters');
 if (env.ADMIN_TOKEN && env.ADMIN_TOKEN === env.BREAK_GLASS_TOKEN) problems.push('BREAK_GLASS_TOKEN must differ from ADMIN_TOKEN');
+for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET', 'POLICY_SECRET', 'BUS_SECRET'] as const) {
+  if (env[name]?.startsWith('replace-with-')) problems.push(`${name} still holds the .env.example placeholder: replace it with a secret of your own`);
+}
 const port = Number(env.ADMIN_PORT ?? 3001);
 if (!Number.isInteger(port) || port < 0 || port > 65535) problems.push(`ADMIN_PORT must be a port number, got "${env.ADMIN_PORT}"`);
 if (problems.length) {
@@ -48,7 +51,14 @@ const app = createAdminApp({
   queue,
   events: new EventLog(redis, env.REDIS_PREFIX),
 });
-const server = app.listen(port, () => logger.info({ port }, `admin API listening on http://127.0.0.1:${port}/admin/v1`));
+const server = app.listen(port, (err?: Error) => {
+  if (err) {
+    process.stderr.write(`admin API: cannot listen on port ${port}: ${err.message}\n`);
+    void Promise.all([queue.close(), redis.quit()]).finally(() => process.exit(1));
+    return;
+  }
+  logger.info({ port }, `admin API listening on http://127.0.0.1:${port}/admin/v1`);
+});
 const stop = (): void => {
   server.close();
   void Promise.all([queue.close(), redis.quit()]).finally(() => process.exit(0));

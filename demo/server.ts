@@ -61,7 +61,9 @@ try {
   const timeout = setTimeout(() => fail('could not reach every shard owner over Redis within 15 s; is REDIS_URL right?'), 15_000);
   await limiter.ready();
   clearTimeout(timeout);
-  const server = app.listen(port, () => {
+  const server = app.listen(port, (err?: Error) => {
+    // Port taken, say: leave the fleet cleanly rather than hold shards without serving.
+    if (err) return void limiter.close().finally(() => fail(`cannot listen on port ${port}: ${err.message}`));
     logger.info({ port, configFile, fleet: shared ? 'redis' : 'memory' }, `demo gateway listening on http://127.0.0.1:${port}`);
     process.stdout.write(`\n  Demo gateway: http://127.0.0.1:${port}\n  Try: curl -i -H 'x-api-key: demo-free' http://127.0.0.1:${port}/api/hello\n\n`);
   });

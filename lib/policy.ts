@@ -80,7 +80,9 @@ const windowSchema = Joi.object({
   windowMs: Joi.number().integer().min(1000).max(31 * DAY_MS).required(),
 });
 const windowsSchema = Joi.array().items(windowSchema).min(1).max(8).unique('name');
-const nameKeys = Joi.string().pattern(NAME);
+/** Names a plan or route class may not take: they are Object.prototype's (`__proto__`, `constructor` …). */
+export const RESERVED_NAMES: readonly string[] = Object.freeze(Object.getOwnPropertyNames(Object.prototype));
+const nameKeys = Joi.string().pattern(NAME).invalid(...RESERVED_NAMES);
 
 /** joi schema of a policy document (cross-references are checked after it). */
 const policySchema = Joi.object({
@@ -185,14 +187,20 @@ export function compilePolicy(input: unknown): CompiledPolicy {
   const problems: Problem[] = error ? joiProblems(error) : [];
   // Cross-references are checked even when the schema failed, so one pass reports everything.
   const doc = (error ? input : value) as Partial<PolicyDoc> | null;
-  if (doc !== null && typeof doc === 'object') crossCheck(doc, problems);
+  if (doc !== null && typeof doc === 'object') crossCheck(doc, problems, input as Partial<PolicyDoc>);
   if (problems.length) throw new PolicyError(maskKeyPaths(problems, doc));
   return new CompiledPolicy(deepFreeze(structuredClone(value as PolicyDoc)));
 }
 
 /** Checks what joi cannot: plan references, key-id shaped override keys, windows that never bind. */
-function crossCheck(doc: Partial<PolicyDoc>, problems: Problem[]): void {
+function crossCheck(doc: Partial<PolicyDoc>, problems: Problem[], raw: Partial<PolicyDoc>): void {
   const plans = isRecord(doc.plans) ? doc.plans : {};
+  // joi's copy of a document drops an own `__proto__` key (it sets the prototype instead), so its
+  // schema never sees one; the raw document is checked here.
+  for (const field of ['plans', 'tenants', 'routeClasses'] as const) {
+    const o = raw[field];
+    if (isRecord(o) && Object.hasOwn(o, '__proto__')) problems.push({ path: `${field}.__proto__`, message: 'is a reserved name' });
+  }
   const known = (name: unknown, path: string): void => {
     if (typeof name === 'string' && !Object.hasOwn(plans, name)) problems.push({ path, message: `unknown plan "${name}"` });
   };

@@ -83,7 +83,30 @@ describe('demo server process (npm start)', () => {
   });
 });
 
+describe('demo server on a port already in use', () => {
+  it('exits 1 naming the port instead of running without serving', async () => {
+    const port = await freePort();
+    const taken = (await import('node:net')).createServer().listen(port, '0.0.0.0');
+    await new Promise((r) => taken.once('listening', r));
+    try {
+      const run = spawnSync(process.execPath, [SERVER], { env: { ...process.env, PORT: String(port), LOG_LEVEL: 'warn', KEY_HASH_SECRET: SECRET }, encoding: 'utf8', timeout: 15_000 });
+      expect(run.status, run.stderr).to.equal(1);
+      expect(run.stderr).to.include(`cannot listen on port ${port}`);
+    } finally {
+      taken.close();
+    }
+  });
+});
+
 describe('admin API process (npm run admin)', () => {
+  it('refuses to start with the .env.example placeholders', () => {
+    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1', ADMIN_TOKEN: 'replace-with-an-admin-token', BREAK_GLASS_TOKEN: 'replace-with-a-break-glass-token', KEY_HASH_SECRET: 'replace-with-a-random-secret', POLICY_SECRET: 'replace-with-a-third-random-secret' };
+    const run = spawnSync(process.execPath, [join(ROOT, 'dist/admin/server.js')], { env, encoding: 'utf8', timeout: 10_000 });
+    expect(run.status).to.equal(1);
+    for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET', 'POLICY_SECRET']) expect(run.stderr).to.include(`${name} still holds the .env.example placeholder`);
+  });
+
+
   it('refuses to start without its tokens, naming every missing setting', () => {
     const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1', ADMIN_TOKEN: 'same-token-0123456789', BREAK_GLASS_TOKEN: 'same-token-0123456789' };
     delete env.KEY_HASH_SECRET;

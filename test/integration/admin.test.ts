@@ -67,6 +67,39 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     }
   });
 
+  it('bearer scheme in any case; body errors before auth are problems with their status, never a stack trace', async () => {
+    for (const scheme of ['bearer', 'BEARER', 'Bearer']) expect((await request(app).get('/admin/v1/audit').set({ Authorization: `${scheme} ${ADMIN}` })).status, scheme).to.equal(200);
+    const cases: Array<[request.Test, number, string]> = [
+      [request(app).put('/admin/v1/policy').set('content-type', 'application/json; charset=latin9').send('{}'), 415, 'content-type'],
+      [request(app).put('/admin/v1/policy').set('content-type', 'application/json').set('content-encoding', 'x-unknown').send('{}'), 415, 'content-encoding'],
+      [request(app).put('/admin/v1/policy').set('content-type', 'application/json').send(`{"x":"${'a'.repeat(1_100_000)}"}`), 413, '(body)'],
+    ];
+    for (const [call, status, path] of cases) {
+      const res = await call;
+      expect(res.status, res.text).to.equal(status);
+      expect(res.headers['content-type']).to.match(/problem\+json/);
+      expect(JSON.parse(res.text).problems[0].path).to.equal(path);
+      expect(res.text).to.not.match(/node_modules|at .*\(|<html/i);
+    }
+    // No live node and no stored policy: not ok.
+    const h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as { ok: boolean; nodes: unknown[] };
+    expect(h.nodes).to.deep.equal([]);
+    expect(h.ok).to.equal(false);
+  });
+
+  it('refuses plan names an object inherits (__proto__, constructor, toString, hasOwnProperty)', async () => {
+    expect((await putPolicy(demoPolicy())).status).to.equal(200);
+    for (const name of ['__proto__', 'constructor', 'toString', 'hasOwnProperty']) {
+      const res = await request(app).put(`/admin/v1/plans/${name}`).set(as(ADMIN)).send({ windows: [{ name: 'w', limit: 5, windowMs: 1000 }], reason: 'try a reserved name' });
+      expect(res.status, name).to.equal(400);
+      expect(JSON.parse(res.text).problems[0].path).to.equal('name');
+    }
+    const raw = JSON.parse(`{"policy":${JSON.stringify(demoPolicy()).replace('"plans":{', '"plans":{"__proto__":{"windows":[{"name":"w","limit":1,"windowMs":1000}]},')},"reason":"smuggle a plan"}`);
+    const res = await request(app).put('/admin/v1/policy').set(as(ADMIN)).send(raw);
+    expect(res.status, res.text).to.equal(400);
+    expect((await store.current())!.version).to.equal(1);
+  });
+
   it('400 listing every problem for each kind of bad body, query or parameter — and nothing changes', async () => {
     expect((await putPolicy(demoPolicy())).status).to.equal(200);
     const before = await store.current();

@@ -92,4 +92,12 @@ describe('policy model and validation', () => {
     expect(problems.join(' ')).to.not.include('sk_live');
     expect(problems).to.include.members(['keys[1].plan: unknown plan "gold"', 'keys[2].windows.0.limit: must be greater than or equal to 1']);
   });
+
+  it('refuses plan and route-class names an object inherits, an own __proto__ key included', () => {
+    for (const name of ['constructor', 'toString', 'hasOwnProperty']) {
+      expect(() => compilePolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, [name]: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), name).to.throw(PolicyError, new RegExp(`plans\\.${name}`));
+    }
+    const smuggled = JSON.parse(JSON.stringify(demoPolicy()).replace('"plans":{', '"plans":{"__proto__":{"windows":[{"name":"w","limit":1,"windowMs":1000}]},'));
+    expect(() => compilePolicy(smuggled)).to.throw(PolicyError, /plans\.__proto__: is a reserved name/);
+  });
 });
