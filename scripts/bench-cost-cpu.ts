@@ -8,7 +8,8 @@ import { startRedis, type RedisProcess } from './redis-server.js';
  * threads, from /proc/<pid>/stat) before and after a paced run, over the requests it answered. What
  * the process does between requests (the limiter's rounds, a fleet member's bus traffic) is charged
  * to them, as it is in production. Variants run in turn within each round, so a noisy spell on the
- * machine hits them alike; the figure is the median over rounds.
+ * machine hits them alike; each is set against the same round's bare run, and the figures are
+ * medians over the rounds.
  */
 
 export interface CpuOptions {
@@ -32,6 +33,10 @@ export interface CpuRow {
   usPerRequest: number | null;
   /** (max − min) / median over the rounds, %. */
   spreadPct: number | null;
+  /** Median over the rounds of (this run / the same round's bare run − 1), %: paired, so a slow spell cancels out. */
+  overBarePct: number | null;
+  /** The same per round. */
+  overBarePerRoundPct: number[];
   runs: CpuRun[];
   /** Non-2xx answers, errors and timeouts over all counted runs (nothing should be refused: the limit is 1e9). */
   non2xx: number;
@@ -78,7 +83,7 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
   const targets: Target[] = [];
   let redis: RedisProcess | undefined;
   const empty = (variant: CostVariant, skipped?: string): CpuRow =>
-    ({ variant, usPerRequest: null, spreadPct: null, runs: [], non2xx: 0, statuses: {}, ...(skipped ? { skipped } : {}) });
+    ({ variant, usPerRequest: null, spreadPct: null, overBarePct: null, overBarePerRoundPct: [], runs: [], non2xx: 0, statuses: {}, ...(skipped ? { skipped } : {}) });
   try {
     for (const variant of VARIANTS) {
       if (variant !== 'fleet') {
@@ -117,9 +122,12 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
         log(`cpu: round ${r}/${o.rounds}: ${t.row.variant} ${usPerRequest} us/request, ${out.requests} requests, non-2xx ${out.non2xx}`);
       }
     }
+    const bare = targets[0]!.row.runs.map((x) => x.usPerRequest);
     for (const t of targets) {
       const us = t.row.runs.map((x) => x.usPerRequest);
       if (us.length === 0) continue;
+      t.row.overBarePerRoundPct = us.map((x, r) => round((x / bare[r]! - 1) * 100, 1));
+      t.row.overBarePct = round(median(t.row.overBarePerRoundPct), 1);
       const m = median(us);
       t.row.usPerRequest = round(m);
       t.row.spreadPct = round(((Math.max(...us) - Math.min(...us)) / m) * 100, 1);

@@ -12,7 +12,7 @@ import { liveDirs } from './exit-cleanup.js';
  * compiler and GC included): the server runs under `valgrind --tool=callgrind --instr-atstart=no`,
  * takes a warm-up, then batches of sequential requests each with instrumentation switched on around
  * it (`callgrind_control -i on|off`, through vgdb) and dumped (`callgrind_control -d`), whose total
- * Ir / requests is the figure. Batches run until the last two agree: the first instrumented batch
+ * Ir / requests is the figure. Batches (three at least) run until the last two agree: the first batch
  * still carries V8's optimizing compiler whatever the warm-up (2,000 to 5,000 requests were tried),
  * and later ones agree within a few %. All requests share one keep-alive connection: with a new
  * connection per batch, per-connection code kept being optimized for several batches more.
@@ -23,7 +23,7 @@ export interface InstrOptions {
   warmup: number;
   /** Requests per counted batch. */
   perBatch: number;
-  /** At most this many batches per server; at least two. */
+  /** At most this many batches per server (at least 3): at least three are run, and the first is never in the figure. */
   maxBatches: number;
   /** Last two batches agreeing within this many % ends the run. */
   tolerancePct: number;
@@ -144,7 +144,7 @@ async function countOne(spec: (typeof INSTR_RUNS)[number], o: InstrOptions, dir:
       ms = out.ms / o.perBatch;
       batches.push(lastDumpIr(dir, server.pid) / o.perBatch);
       log(`instructions: ${name}: batch ${b}: ${(batches.at(-1)! / 1e6).toFixed(3)} M Ir/request, ${ms.toFixed(1)} ms/request`);
-      if (b >= 2 && spread(batches) <= o.tolerancePct) break;
+      if (b >= 3 && spread(batches) <= o.tolerancePct) break; // the first never counts
     }
     const stats = limiter ? await server.stats() : undefined;
     const lastTwo = batches.slice(-2);

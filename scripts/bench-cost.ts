@@ -42,10 +42,10 @@ export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFl
     skip: v['skip-cost'] === true, only: v['cost-only'] === true, skipCallgrind: v['skip-callgrind'] === true,
     rate: num('cost-rate', str('cost-rate'), 1500, 100, 20_000, true),
     seconds: num('cost-seconds', str('cost-seconds'), 10, 2, 600, false),
-    rounds: num('cost-rounds', str('cost-rounds'), 2, 1, 20, true),
+    rounds: num('cost-rounds', str('cost-rounds'), 3, 1, 20, true),
     instrWarmup: num('instr-warmup', str('instr-warmup'), 3000, 0, 1_000_000, true),
     instrRequests: num('instr-requests', str('instr-requests'), 1000, 100, 100_000, true),
-    instrBatches: num('instr-batches', str('instr-batches'), 5, 2, 50, true),
+    instrBatches: num('instr-batches', str('instr-batches'), 5, 3, 50, true),
   };
   if (f.skip && f.only) throw usage('--skip-cost and --cost-only exclude each other');
   const tuning = Object.keys(COST_OPTIONS).filter((k) => !['skip-cost', 'cost-only'].includes(k) && v[k as keyof Raw] !== undefined);
@@ -83,20 +83,19 @@ const pct = (x: number | null | undefined, base: number | null | undefined): num
 function summarize(instr: Cost['instructions'], cpu: CpuResult, mem: KeyMemoryResult): CostSummary {
   const runs = 'runs' in instr ? instr.runs : [];
   const ir = (variant: CostVariant, keys: InstrRun['keys']): number | null => runs.find((r) => r.variant === variant && r.keys === keys)?.irPerRequest ?? null;
-  const us = (variant: CostVariant): number | null => cpu.rows.find((r) => r.variant === variant)?.usPerRequest ?? null;
+  const cpuOver = (variant: CostVariant): number | null => cpu.rows.find((r) => r.variant === variant)?.overBarePct ?? null;
   const bytes = (what: string): number | null => mem.rows.find((r) => r.what.startsWith(what))?.bytesPerKey ?? null;
   const bareIr = ir('bare', 'one');
-  const bareUs = us('bare');
   const peer = (variant: CostVariant, memName: string | undefined): CostSummary['beside'][string] => ({
     instrOverBarePct: pct(ir(variant, 'one'), bareIr), instrFirstSightOverBarePct: pct(ir(variant, 'fresh'), bareIr),
-    cpuOverBarePct: pct(us(variant), bareUs), bytesPerKey: memName === undefined ? null : bytes(memName),
+    cpuOverBarePct: cpuOver(variant), bytesPerKey: memName === undefined ? null : bytes(memName),
   });
   const refusals: Record<string, number> = {};
   for (const r of runs) refusals[`${r.variant} (callgrind, ${r.keys === 'one' ? 'one key' : 'fresh keys'})`] = r.non2xx;
   for (const r of cpu.rows) if (!r.skipped) refusals[`${r.variant} (cpu, ${cpu.options.keys} keys)`] = r.non2xx;
   return {
     instrOverBarePct: pct(ir('limiter', 'one'), bareIr), instrFirstSightOverBarePct: pct(ir('limiter', 'fresh'), bareIr),
-    cpuOverBarePct: pct(us('limiter'), bareUs), fleetCpuOverBarePct: pct(us('fleet'), bareUs), bytesPerKey: bytes('fleet-ratelimit'),
+    cpuOverBarePct: cpuOver('limiter'), fleetCpuOverBarePct: cpuOver('fleet'), bytesPerKey: bytes('fleet-ratelimit'),
     beside: {
       noop: peer('noop', undefined), 'express-rate-limit': peer('express-rate-limit', 'express-rate-limit'), 'rlf-memory': peer('rlf-memory', 'rate-limiter-flexible'),
     },
@@ -152,7 +151,7 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   else {
     const i = c.instructions;
     out.push(`Instructions per request under callgrind (whole server process): ${i.options.warmup} warm-up, then batches of ${i.options.perBatch} ` +
-      `sequential keep-alive requests until two agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last two`,
+      `sequential keep-alive requests, at least 3, until the last two agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last two`,
     `  node ${i.nodeFlags.join(' ')}; ${i.limiterTiming.note}; bare under callgrind ~${c.callgrindSlowdown ?? '?'}x its native CPU time per request`);
     const bare = i.runs.find((r) => r.variant === 'bare')?.irPerRequest;
     out.push(table([['variant', 'keys', 'M Ir/request', 'over bare', 'last-two spread', 'batches (M Ir/request)', 'req/round', 'non-2xx'],
@@ -162,10 +161,9 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   out.push('');
   const cpu = c.cpu;
   out.push(`CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
-    `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; median over rounds`, `  fleet: ${cpu.fleet}`);
-  const bareUs = cpu.rows.find((r) => r.variant === 'bare')?.usPerRequest;
-  out.push(table([['variant', 'us/request', 'over bare', 'spread', 'achieved req/s', 'non-2xx+err', 'statuses'],
-    ...cpu.rows.map((r) => (r.skipped ? [r.variant, 'skipped'] : [r.variant, r.usPerRequest, fmt(pct(r.usPerRequest, bareUs)), `${r.spreadPct} %`,
+    `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`, `  fleet: ${cpu.fleet}`);
+  out.push(table([['variant', 'us/request', 'spread', 'over bare', 'per round', 'achieved req/s', 'non-2xx+err', 'statuses'],
+    ...cpu.rows.map((r) => (r.skipped ? [r.variant, 'skipped'] : [r.variant, r.usPerRequest, `${r.spreadPct} %`, fmt(r.overBarePct), r.overBarePerRoundPct.map((x) => fmt(x)).join(' '),
       r.runs.map((x) => x.achievedRate).join(' '), r.non2xx, Object.entries(r.statuses).map(([k, v]) => `${k}:${v}`).join(' ')]))]));
   const fleet = cpu.rows.find((r) => r.variant === 'fleet');
   if (fleet?.skipped) out.push(`  fleet skipped: ${fleet.skipped}`);
