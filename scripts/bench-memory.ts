@@ -21,7 +21,7 @@ export interface Footprint {
 const round = (x: number): number => Math.round(x);
 
 /** Collects and waits until two heap readings agree (a reading right after gc() still sees unswept garbage). */
-async function settle(): Promise<number> {
+export async function settle(): Promise<number> {
   const gc = globalThis.gc as () => void;
   let last = Number.POSITIVE_INFINITY;
   for (let k = 0; k < 10; k++) {

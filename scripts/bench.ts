@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { quantile } from '../lib/quantile.js';
 import { rateLimiter } from '../middleware/rate-limiter.js';
+import { COST_OPTIONS, COST_USAGE, costFlags, costTargets, measureCost, renderCost, type CostFlags } from './bench-cost.js';
 import { memoryFootprints } from './bench-memory.js';
 import {
   benchIdentity, connectRedis, HUGE, hugePolicy, rlfMiddleware, startServer, stopAllServers, stopServer, VARIANTS, type Variant,
@@ -22,7 +23,8 @@ import {
 
 const PEERS = VARIANTS.filter((v) => v !== 'bare');
 const USAGE = `usage: node --expose-gc dist/scripts/bench.js [--json] [--duration S] [--pairs N] [--connections C]
-       [--only ${PEERS.join(',')}] [--skip-http]`;
+       [--only ${PEERS.join(',')}] [--skip-http]
+${COST_USAGE}`;
 const KEYS = 1000;
 const MICRO = { warmup: 50_000, calls: 200_000, chunk: 10_000 };
 /** rate-limiter-flexible on Redis: each call is a network round trip, so far fewer calls. */
@@ -30,7 +32,9 @@ const MICRO_REDIS = { warmup: 2_000, calls: 20_000, chunk: 1_000 };
 const MEMORY_KEYS = 50_000;
 const TARGETS = { ratioToBare: 0.95, decisionP99Us: 50, mbFor50kBuckets: 16 };
 
-interface Flags { help: boolean; json: boolean; duration: number; pairs: number; connections: number; only: Variant[]; skipHttp: boolean }
+interface Flags {
+  help: boolean; json: boolean; duration: number; pairs: number; connections: number; only: Variant[]; skipHttp: boolean; cost: CostFlags;
+}
 interface Run { reqPerSec: number; p50Ms: number; p99Ms: number; non2xx: number }
 interface HttpRow {
   reqPerSec: number | null; ratioToBare: number | null; p50Ms: number | null; p99Ms: number | null;
@@ -56,7 +60,7 @@ const median = (xs: readonly number[]): number => {
 function parseFlags(argv: string[]): Flags {
   const options = {
     json: { type: 'boolean' }, 'skip-http': { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-    duration: { type: 'string' }, pairs: { type: 'string' }, connections: { type: 'string' }, only: { type: 'string' },
+    duration: { type: 'string' }, pairs: { type: 'string' }, connections: { type: 'string' }, only: { type: 'string' }, ...COST_OPTIONS,
   } as const;
   let v;
   try {
@@ -77,10 +81,13 @@ function parseFlags(argv: string[]): Flags {
     throw new UsageError(`--only: unknown variant "${unknown}" (choose from ${PEERS.join(', ')}; bare always runs as the reference)`);
   }
   if (v['skip-http'] && v.only !== undefined) throw new UsageError('--only selects HTTP variants: it cannot be combined with --skip-http');
+  const cost = costFlags(v, num, (m) => new UsageError(m));
+  const httpFlag = (['only', 'skip-http', 'duration', 'pairs', 'connections'] as const).find((k) => v[k] !== undefined);
+  if (cost.only && httpFlag) throw new UsageError(`--${httpFlag} is for the throughput pairs: it cannot be combined with --cost-only`);
   return {
     help: v.help ?? false, json: v.json ?? false, skipHttp: v['skip-http'] ?? false, only: [...new Set(only)] as Variant[],
     duration: num('duration', v.duration, 5, 1, 600, false), pairs: num('pairs', v.pairs, 3, 1, 100, true),
-    connections: num('connections', v.connections, 50, 1, 1000, true),
+    connections: num('connections', v.connections, 50, 1, 1000, true), cost,
   };
 }
 
@@ -258,26 +265,50 @@ async function collect(f: Flags) {
   const cpus = os.cpus();
   const machine = { cores: cpus.length, cpu: cpus[0]?.model ?? '?', node: process.version, os: `${os.platform()} ${os.arch()}`,
     loadavg: os.loadavg().map((x) => round(x)) };
-  const m = await micro();
-  log(`memory: ${MEMORY_KEYS} keys, one window, then two`);
+  const m = f.cost.only ? null : await micro();
+  if (m) log(`memory: ${MEMORY_KEYS} keys, one window, then two`);
   // Windows of a minute or more: a 1 s window's owner ledgers are swept within a second, which makes the figure jump.
-  const mem = [...(await memoryFootprints(MEMORY_KEYS, [60_000])), ...(await memoryFootprints(MEMORY_KEYS / 2, [60_000, 3_600_000]))];
-  const one = mem[0]!;
-  const h = f.skipHttp ? undefined : await http(f);
+  const mem = m ? [...(await memoryFootprints(MEMORY_KEYS, [60_000])), ...(await memoryFootprints(MEMORY_KEYS / 2, [60_000, 3_600_000]))] : [];
+  const one = mem[0];
+  const h = f.skipHttp || f.cost.only ? undefined : await http(f);
+  const cost = f.cost.skip ? null : await measureCost(f.cost, MEMORY_KEYS, log);
   const ratio = h?.peers.limiter?.ratioToBare ?? null;
-  const { limiter } = m;
+  const p99 = m?.limiter.p99Us ?? null;
   const targets = [
     { name: 'limiter ratioToBare >= 0.95', value: ratio, pass: ratio === null ? null : ratio >= TARGETS.ratioToBare },
-    { name: 'decision p99 <= 50 us', value: limiter.p99Us, pass: limiter.p99Us <= TARGETS.decisionP99Us },
-    { name: '50,000 buckets <= 16 MiB', value: one.mib, pass: one.mib <= TARGETS.mbFor50kBuckets },
+    { name: 'decision p99 <= 50 us', value: p99, pass: p99 === null ? null : p99 <= TARGETS.decisionP99Us },
+    { name: '50,000 buckets <= 16 MiB', value: one?.mib ?? null, pass: one ? one.mib <= TARGETS.mbFor50kBuckets : null },
+    ...(cost ? costTargets(cost.summary) : []),
   ];
   const variants = h ? ['bare', ...f.only] : [];
+  const s = cost?.summary;
   const config = { ...f, variants, keys: KEYS, micro: MICRO, microRedis: MICRO_REDIS, memoryKeys: MEMORY_KEYS, memoryUnit: 'MiB', targets: TARGETS };
   return {
-    ratioToBare: ratio, decisionP99Us: limiter.p99Us, decisionP50Us: limiter.p50Us, decisionNsPerCall: limiter.nsPerCall,
-    bytesPerBucket: one.bytesEach, mbFor50kBuckets: one.mib, peers: h?.peers ?? {}, bare: h?.bare ?? null,
-    micro: m, memory: mem, targets, machine, command, config,
+    ratioToBare: ratio, decisionP99Us: p99, decisionP50Us: m?.limiter.p50Us ?? null, decisionNsPerCall: m?.limiter.nsPerCall ?? null,
+    bytesPerBucket: one?.bytesEach ?? null, mbFor50kBuckets: one?.mib ?? null, peers: h?.peers ?? {}, bare: h?.bare ?? null,
+    instrOverBarePct: s?.instrOverBarePct ?? null, instrFirstSightOverBarePct: s?.instrFirstSightOverBarePct ?? null,
+    cpuOverBarePct: s?.cpuOverBarePct ?? null, fleetCpuOverBarePct: s?.fleetCpuOverBarePct ?? null, bytesPerKey: s?.bytesPerKey ?? null,
+    cost, micro: m, memory: mem, targets, machine, command, config,
   };
+}
+
+/** The decision micro-benchmark's and the bucket memory's part of the report. */
+function renderDecisionAndMemory(m: NonNullable<Result['micro']>, memory: Result['memory']): string[] {
+  const out: string[] = [];
+  out.push(`Decision in-process: ${KEYS} keys, ${MICRO.warmup} warm-up + ${MICRO.calls} calls; p50/p99 include ~${m.timerNs} ns timer`);
+  const row = (name: string, x: Micro | Skipped): (string | number)[] => ('skipped' in x ? [name, 'skipped'] : [name, x.nsPerCall, x.p50Us, x.p99Us]);
+  out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], row('fleet-ratelimit', m.limiter),
+    row('express-rate-limit (awaited)', m.erl), row('rate-limiter-flexible memory (awaited)', m.rlfMemory),
+    row(`rate-limiter-flexible Redis (awaited, ${MICRO_REDIS.calls / 1000}k calls)`, m.rlfRedis)]));
+  out.push(`  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
+    `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}`
+      : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`);
+  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by keyed fingerprint) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
+  out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
+  const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
+  const memRows = memory.map((x) => [x.what, plan(x.windowsMs), x.count, x.bytesEach, x.mib]);
+  out.push(table([['structure', 'plan windows', 'buckets', 'bytes each', 'MiB'], ...memRows]), '');
+  return out;
 }
 
 function render(r: Result): string {
@@ -292,19 +323,8 @@ function render(r: Result): string {
     out.push(table([['variant', 'req/s', 'ratio', 'p50 ms', 'p99 ms', 'non-2xx+err'], ...rows]));
     out.push(...peers.flatMap(([k, p]) => (p.skipped ? [`  ${k} skipped: ${p.skipped}`] : [])), '');
   }
-  out.push(`Decision in-process: ${KEYS} keys, ${MICRO.warmup} warm-up + ${MICRO.calls} calls; p50/p99 include ~${m.timerNs} ns timer`);
-  const row = (name: string, x: Micro | Skipped): (string | number)[] => ('skipped' in x ? [name, 'skipped'] : [name, x.nsPerCall, x.p50Us, x.p99Us]);
-  out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], row('fleet-ratelimit', m.limiter),
-    row('express-rate-limit (awaited)', m.erl), row('rate-limiter-flexible memory (awaited)', m.rlfMemory),
-    row(`rate-limiter-flexible Redis (awaited, ${MICRO_REDIS.calls / 1000}k calls)`, m.rlfRedis)]));
-  out.push(`  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
-    `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}`
-      : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`);
-  out.push(`  fleet-ratelimit parts: key id (HMAC, cached by keyed fingerprint) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
-  out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
-  const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
-  const memRows = r.memory.map((x) => [x.what, plan(x.windowsMs), x.count, x.bytesEach, x.mib]);
-  out.push(table([['structure', 'plan windows', 'buckets', 'bytes each', 'MiB'], ...memRows]), '');
+  if (m) out.push(...renderDecisionAndMemory(m, r.memory));
+  if (r.cost) out.push(...renderCost(r.cost, table));
   out.push('Targets', table(r.targets.map((t) => [t.name, t.value, t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'MISS'])));
   return `${out.join('\n')}\n`;
 }

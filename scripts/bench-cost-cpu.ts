@@ -1,0 +1,146 @@
+import { randomBytes } from 'node:crypto';
+import { cpuMs, paced, ticksPerSecond } from './bench-cost-load.js';
+import { startCostServer, type CostServer, type CostVariant } from './bench-cost-server.js';
+import { startRedis, type RedisProcess } from './redis-server.js';
+
+/**
+ * CPU time per request at a fixed offered rate: utime + stime of the server process (all its
+ * threads, from /proc/<pid>/stat) before and after a paced run, over the requests it answered. What
+ * the process does between requests (the limiter's rounds, a fleet member's bus traffic) is charged
+ * to them, as it is in production. Variants run in turn within each round, so a noisy spell on the
+ * machine hits them alike; each is set against the same round's bare run, and the figures are
+ * medians over the rounds.
+ */
+
+export interface CpuOptions {
+  /** Offered requests per second (an even, open-loop pace: bench-cost-load.ts). */
+  rate: number;
+  /** Length of each counted run. */
+  seconds: number;
+  /** Counted runs per variant, interleaved. */
+  rounds: number;
+  /** Distinct API keys, in turn. */
+  keys: number;
+  /** Paced warm-up per server before its first counted run. */
+  warmupSeconds: number;
+}
+
+export interface CpuRun { usPerRequest: number; requests: number; achievedRate: number; non2xx: number }
+
+export interface CpuRow {
+  variant: CostVariant;
+  /** Median CPU µs per answered request over the rounds. */
+  usPerRequest: number | null;
+  /** (max − min) / median over the rounds, %. */
+  spreadPct: number | null;
+  /** Median over the rounds of (this run / the same round's bare run − 1), %: paired, so a slow spell cancels out. */
+  overBarePct: number | null;
+  /** The same per round. */
+  overBarePerRoundPct: number[];
+  runs: CpuRun[];
+  /** Non-2xx answers, errors and timeouts over all counted runs (nothing should be refused: the limit is 1e9). */
+  non2xx: number;
+  statuses: Record<string, number>;
+  skipped?: string;
+  /** Fleet only: CPU µs per request (of the loaded member) spent by each of the two other members. */
+  othersUsPerRequest?: number[];
+  stats?: Record<string, unknown> | undefined;
+}
+
+export interface CpuResult {
+  options: CpuOptions;
+  clockTicksPerSecond: number;
+  fleet: string;
+  rows: CpuRow[];
+}
+
+const VARIANTS: CostVariant[] = ['bare', 'noop', 'limiter', 'express-rate-limit', 'rlf-memory', 'fleet'];
+const round = (x: number, d = 2): number => Math.round(x * 10 ** d) / 10 ** d;
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+interface Target { servers: CostServer[]; row: CpuRow }
+
+/** Three fleet members over one Redis (a private redis-server unless REDIS_URL is set); the first is loaded. */
+async function startFleet(redis: RedisProcess): Promise<CostServer[]> {
+  const fleet = {
+    redisUrl: redis.url, keyHashSecret: randomBytes(32).toString('base64url'), busSecret: randomBytes(32).toString('base64url'),
+    prefix: `bench-cost-${process.pid}-${Date.now()}`,
+  };
+  const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', fleet: { ...fleet, nodeId: `cost-${i}` } })));
+  const servers = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(servers.map((s) => s.stop()));
+    throw (failed as PromiseRejectedResult).reason;
+  }
+  return servers;
+}
+
+export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Promise<CpuResult> {
+  const targets: Target[] = [];
+  let redis: RedisProcess | undefined;
+  const empty = (variant: CostVariant, skipped?: string): CpuRow =>
+    ({ variant, usPerRequest: null, spreadPct: null, overBarePct: null, overBarePerRoundPct: [], runs: [], non2xx: 0, statuses: {}, ...(skipped ? { skipped } : {}) });
+  try {
+    for (const variant of VARIANTS) {
+      if (variant !== 'fleet') {
+        targets.push({ servers: [await startCostServer({ variant })], row: empty(variant) });
+        continue;
+      }
+      try {
+        redis = await startRedis();
+        log(`cpu: starting a fleet of 3 over ${redis.external ? 'REDIS_URL' : 'a private redis-server'}`);
+        targets.push({ servers: await startFleet(redis), row: { ...empty(variant), othersUsPerRequest: [] } });
+      } catch (err) {
+        const reason = `fleet over Redis could not start: ${(err as Error).message.split('\n')[0]}`;
+        log(`cpu: skipping fleet: ${reason}`);
+        targets.push({ servers: [], row: empty(variant, reason) });
+      }
+    }
+    const prefix = 'cpu-key-';
+    for (const t of targets) {
+      if (t.servers.length === 0) continue;
+      log(`cpu: warm-up ${t.row.variant}: ${o.warmupSeconds} s at ${o.rate}/s`);
+      await paced(t.servers[0]!.port, o.rate, o.warmupSeconds, o.keys, prefix);
+    }
+    const others: number[][] = [[], []];
+    for (let r = 1; r <= o.rounds; r++) {
+      for (const t of targets) {
+        if (t.servers.length === 0) continue;
+        const before = t.servers.map((s) => cpuMs(s.pid));
+        const out = await paced(t.servers[0]!.port, o.rate, o.seconds, o.keys, prefix);
+        const spent = t.servers.map((s, i) => cpuMs(s.pid) - before[i]!);
+        const answered = Math.max(1, out.requests);
+        const usPerRequest = round((spent[0]! * 1000) / answered);
+        t.row.runs.push({ usPerRequest, requests: out.requests, achievedRate: round(out.requests / (out.ms / 1000), 0), non2xx: out.non2xx });
+        t.row.non2xx += out.non2xx;
+        for (const [k, v] of Object.entries(out.statuses)) t.row.statuses[k] = (t.row.statuses[k] ?? 0) + v;
+        spent.slice(1).forEach((ms, i) => others[i]!.push((ms * 1000) / answered));
+        log(`cpu: round ${r}/${o.rounds}: ${t.row.variant} ${usPerRequest} us/request, ${out.requests} requests, non-2xx ${out.non2xx}`);
+      }
+    }
+    const bare = targets[0]!.row.runs.map((x) => x.usPerRequest);
+    for (const t of targets) {
+      const us = t.row.runs.map((x) => x.usPerRequest);
+      if (us.length === 0) continue;
+      t.row.overBarePerRoundPct = us.map((x, r) => round((x / bare[r]! - 1) * 100, 1));
+      t.row.overBarePct = round(median(t.row.overBarePerRoundPct), 1);
+      const m = median(us);
+      t.row.usPerRequest = round(m);
+      t.row.spreadPct = round(((Math.max(...us) - Math.min(...us)) / m) * 100, 1);
+      if (t.row.variant === 'fleet') t.row.othersUsPerRequest = others.map((xs) => round(median(xs)));
+      if (t.row.variant === 'limiter' || t.row.variant === 'fleet') t.row.stats = await t.servers[0]!.stats().catch(() => undefined);
+    }
+    return {
+      options: o, clockTicksPerSecond: ticksPerSecond(), rows: targets.map((t) => t.row),
+      fleet: `3 processes running rateLimiter({ redis }) over ${redis === undefined ? '(not started)' : redis.external ? 'REDIS_URL' : 'a private redis-server'}, ` +
+        `default timing; load on the first only, ${o.keys} keys in turn; its CPU includes its bus work (owning about a third of the shards, asking the others for the rest)`,
+    };
+  } finally {
+    await Promise.all(targets.flatMap((t) => t.servers.map((s) => s.stop())));
+    await redis?.stop();
+  }
+}
