@@ -285,10 +285,11 @@ export class FoldOwner {
       const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
-      // Another node reporting, in the rounds before a window starts, a key it will ask for there
-      // (too rare for a lease): the window gets a float before its first ask, not after it.
+      // A node reporting, in the rounds before a window starts, a key it will ask for there (too
+      // rare for a lease): the window gets a float before its first ask, not after it. This owner's
+      // own node too: its asks wait for their grant's log write like any other's.
       const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && batch.nodeId !== this.cfg.floatHolder?.nodeId && this.target(ledger, r.demand) === 0) {
+      if (this.floats && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.target(ledger, r.demand) === 0) {
         this.floatWanted.add(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
