@@ -589,10 +589,13 @@ export class FoldOwner {
   /**
    * Once nothing is left, reserve included, every lease of the window is told so (once, until a grant
    * changes it): none of them spends a fast path on asking, and their denials name this window.
+   * What is held back for unsettled nodes is not spent: it comes back to the pool the round they are
+   * heard from, so a pool emptied only by it is not announced (its leases would wait for the
+   * window's end). In a fleet of one that share is the whole allowance.
    */
   private announceExhausted(l: Ledger): void {
     // A float whose write is still out counts: its credit is the window's, usable once on record.
-    if (this.available(l, true) + this.floatLeft(l, true) > 0) return;
+    if (l.allowance - committed(l) + this.floatLeft(l, true) > 0) return;
     l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {
