@@ -37,6 +37,8 @@ interface NodeFigures {
   asksLate: number;
   loopDelayP99Ms: number;
   loopDelayMaxMs: number;
+  /** CPU time of the process (user + system) per request it answered while loaded, µs. */
+  cpuUsPerRequest: number;
 }
 
 async function serve(redisUrl: string, nodeId: string, windows: number[]): Promise<void> {
@@ -57,8 +59,14 @@ async function serve(redisUrl: string, nodeId: string, windows: number[]): Promi
   await limiter.ready();
   const loop = monitorEventLoopDelay({ resolution: 5 });
   loop.enable();
+  const cpu = process.cpuUsage();
+  let answered = 0;
   const app = express();
   app.disable('x-powered-by');
+  app.use((_req, res, next) => {
+    res.once('finish', () => answered++);
+    next();
+  });
   app.use(limiter);
   app.get('/api/hello', (_req, res) => void res.json({ ok: true }));
   const server = app.listen(0, '127.0.0.1', () => {
@@ -75,6 +83,7 @@ async function serve(redisUrl: string, nodeId: string, windows: number[]): Promi
       asksLate: bus?.fastPathTimeouts ?? 0,
       loopDelayP99Ms: Math.round(loop.percentile(99) / 1e5) / 10,
       loopDelayMaxMs: Math.round(loop.max / 1e5) / 10,
+      cpuUsPerRequest: Math.round(((u) => u.user + u.system)(process.cpuUsage(cpu)) / Math.max(1, answered)),
     };
     process.send?.({ type: 'stats', stats } satisfies ChildMsg);
   });
@@ -154,7 +163,7 @@ async function main(): Promise<void> {
       `requests ${total}, refused (429) ${refused}, other failures ${failed}`,
       ...figures.map(
         (f, i) =>
-          `node ${i + 1}: admitted ${f.admitted}, refused ${JSON.stringify(f.refusedBy)}, asks ${f.asks} (${f.asksLate} missed the deadline), event-loop delay p99 ${f.loopDelayP99Ms} ms, max ${f.loopDelayMaxMs} ms`,
+          `node ${i + 1}: admitted ${f.admitted}, refused ${JSON.stringify(f.refusedBy)}, asks ${f.asks} (${f.asksLate} missed the deadline), event-loop delay p99 ${f.loopDelayP99Ms} ms, max ${f.loopDelayMaxMs} ms, CPU ${f.cpuUsPerRequest} µs a request`,
       ),
       '',
     ];
