@@ -285,10 +285,11 @@ export class FoldOwner {
       const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.merge(batch.nodeId, lease, r)) continue;
-      // Another node reporting, in the rounds before a window starts, a key it will ask for there
-      // (too rare for a lease): the window gets a float before its first ask, not after it.
+      // A node reporting, in the rounds before a window starts, a key it will ask for there (too
+      // rare for a lease): the window gets a float before its first ask, not after it. This owner's
+      // own node too: its asks wait for their grant's log write like any other's.
       const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && batch.nodeId !== this.cfg.floatHolder?.nodeId && this.target(ledger, r.demand) === 0) {
+      if (this.floats && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.target(ledger, r.demand) === 0) {
         this.floatWanted.add(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
@@ -588,10 +589,13 @@ export class FoldOwner {
   /**
    * Once nothing is left, reserve included, every lease of the window is told so (once, until a grant
    * changes it): none of them spends a fast path on asking, and their denials name this window.
+   * What is held back for unsettled nodes is not spent: it comes back to the pool the round they are
+   * heard from, so a pool emptied only by it is not announced (its leases would wait for the
+   * window's end). In a fleet of one that share is the whole allowance.
    */
   private announceExhausted(l: Ledger): void {
     // A float whose write is still out counts: its credit is the window's, usable once on record.
-    if (this.available(l, true) + this.floatLeft(l, true) > 0) return;
+    if (l.allowance - committed(l) + this.floatLeft(l, true) > 0) return;
     l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {

@@ -97,6 +97,31 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o2.onCreditRequest(req('a', 1, 10_000))!.issued).to.equal(995);
   });
 
+  it('does not announce a window exhausted when only a held-back share is left: it comes back once the node is settled', () => {
+    // A notice says the window is spent: its leases stop asking and their callers are told to wait
+    // for the window's end (a minute, for a 60 s window). What is held back for a silent node's
+    // possible self-grant is not spent: it returns to the pool the round the node is heard from. In
+    // a fleet of one that share is the whole allowance, held back while the node's own self-grant
+    // (made in a stall of its own process) is not yet folded.
+    const fleet = new FixedFleet(1);
+    const o = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet, { reserveRatio: 0 }));
+    expect(o.onCreditRequest(req('a', 1, 0))!.issued).to.equal(1);
+    fleet.silentNodes = ['a'];
+    expect(o.onCreditRequest({ ...req('a', 1, 0), spent: 1 })).to.equal(undefined);
+    expect(o.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted), 'no exhaustion notice').to.deep.equal([]);
+    fleet.silentNodes = [];
+    expect(o.onCreditRequest({ ...req('a', 1, 0), spent: 1 })!.issued).to.equal(2);
+    // Spent for real: then it is announced, even while a share is held back.
+    const small = new FixedFleet(4);
+    const o2 = new FoldOwner(ownerConfig(new FakeClock(NOW), small, { reserveRatio: 0 }));
+    small.silentNodes = ['c'];
+    expect(o2.onCreditRequest(req('a', 1, 10_000, true, 8))!.issued).to.equal(6);
+    expect(o2.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted), 'two held back for c').to.deep.equal([]);
+    small.silentNodes = [];
+    expect(o2.onCreditRequest({ ...req('b', 2, 0, true, 8) })!.issued).to.equal(2);
+    expect(o2.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted).map((m) => m.nodeId).sort()).to.deep.equal(['a', 'b']);
+  });
+
   it("a replayed snapshot is no proof of what a node applied: the new owner still holds its share back", () => {
     const fleet = new FixedFleet(4);
     const o = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet, { reserveRatio: 0 }));
