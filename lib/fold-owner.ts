@@ -595,7 +595,7 @@ export class FoldOwner {
    */
   private announceExhausted(l: Ledger): void {
     // A float whose write is still out counts: its credit is the window's, usable once on record.
-    if (l.allowance - committed(l) + this.floatLeft(l, true) > 0) return;
+    if (Math.max(0, l.allowance - committed(l)) + this.floatLeft(l, true) > 0) return;
     l.announced = true;
     const round = Math.floor(this.cfg.clock.monotonic() / this.cfg.roundMs);
     for (const lease of l.leases) {
