@@ -9,7 +9,7 @@ const SLOTS = 3;
 /**
  * One key's counts: `counts[3i]` is the id of window `i`'s current window, `counts[3i + 1]` its phase
  * offset, `counts[3i + 2]` the admissions counted in it. Small integers all (ids of 1 s windows stay
- * below 2³¹ until 2038), so V8 keeps them unboxed: about 120 bytes for a key with one window.
+ * below 2³¹ until 2038), so V8 keeps them unboxed, with no heap number per count.
  */
 class Counts {
   constructor(
