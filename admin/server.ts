@@ -9,7 +9,7 @@ import { maintenanceQueue } from './jobs.js';
 
 /**
  * `npm run admin`: the admin API on its own port. Environment: REDIS_URL (required), ADMIN_PORT (3001),
- * ADMIN_TOKEN and BREAK_GLASS_TOKEN (required, at least 16 characters, different), KEY_HASH_SECRET
+ * ADMIN_TOKEN and BREAK_GLASS_TOKEN (required, at least 32 characters, different), KEY_HASH_SECRET
  * (required: the gateways' secret, so raw keys given here hash to their key ids), POLICY_SECRET (the
  * gateways' `policySecret`; BUS_SECRET when they use that), REDIS_PREFIX (frl), LOG_LEVEL (info). It
  * refuses to start without them.
@@ -19,8 +19,9 @@ const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.
 const logger = pino({ name: 'admin-api', level: env.LOG_LEVEL ?? 'info' });
 const problems: string[] = [];
 if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) problems.push('REDIS_URL (or REDIS_CLUSTER_NODES) must be set');
-for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET'] as const) {
-  if (!env[name] || env[name]!.length < 16) problems.push(`${name} must be set, at least 16 characters`);
+// Bearer tokens guard every change to enforcement: long enough that guessing is hopeless.
+for (const [name, min] of [['ADMIN_TOKEN', 32], ['BREAK_GLASS_TOKEN', 32], ['KEY_HASH_SECRET', 16]] as const) {
+  if (!env[name] || env[name]!.length < min) problems.push(`${name} must be set, at least ${min} characters`);
 }
 const policySecret = env.POLICY_SECRET || env.BUS_SECRET;
 if (!policySecret || policySecret.length < 16) problems.push('POLICY_SECRET (or BUS_SECRET, the gateways\' secret the policy is signed under) must be set, at least 16 characters');

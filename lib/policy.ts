@@ -91,7 +91,7 @@ const policySchema = Joi.object({
   defaultPlan: Joi.string().pattern(NAME).required(),
   anonymousPlan: Joi.string().pattern(NAME).required(),
   tenants: Joi.object().pattern(
-    Joi.string().min(1).max(128),
+    Joi.string().min(1).max(128).invalid(...RESERVED_NAMES),
     Joi.object({ plan: Joi.string().pattern(NAME), share: Joi.number().greater(0).max(1) }),
   ),
   keys: Joi.object().pattern(

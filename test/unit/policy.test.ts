@@ -99,5 +99,6 @@ describe('policy model and validation', () => {
     }
     const smuggled = JSON.parse(JSON.stringify(demoPolicy()).replace('"plans":{', '"plans":{"__proto__":{"windows":[{"name":"w","limit":1,"windowMs":1000}]},'));
     expect(() => compilePolicy(smuggled)).to.throw(PolicyError, /plans\.__proto__: is a reserved name/);
+    expect(() => compilePolicy({ ...demoPolicy(), tenants: { constructor: { plan: 'pro' } } })).to.throw(PolicyError, /tenants\.constructor/);
   });
 });
