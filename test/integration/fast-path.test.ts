@@ -70,13 +70,15 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const r = await a.node.acquire(keyId, limits(100));
     expect(a.bus.stats.asksDirect).to.equal(direct + 1);
     expect(r.admitted).to.equal(false);
-    await new Promise((res) => setTimeout(res, 60));
-    // (Answers to other keys' earlier asks may still land on a busy machine: this key's bucket says.)
-    expect(issued(), 'credit applied before the log has it').to.equal(0);
+    // Once Redis takes writes again the grant is logged, then delivered late (kept for the next
+    // request). However slow either process is (a starved machine), whenever this node holds credit
+    // for the key the log has its grant already.
+    await until(async () => {
+      if (issued() === 0) return false;
+      expect(await loggedGrants(ctx.raw, ctx.prefix, keyId), 'credit applied before the log has it').to.be.at.least(1);
+      return true;
+    }, 'the grant to land', 5000);
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
-    // Once Redis takes writes again the grant is logged, then delivered late (kept for the next request).
-    await until(() => issued() > 0, 'the grant to land', 3000);
-    expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.at.least(1);
   });
 
   it('an ask the owner’s float covers is answered before its log write, which follows', async function () {
