@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { NextFunction, Request, Response } from 'express';
 import { pino } from 'pino';
-import { systemClock } from '../lib/clock.js';
+import { FakeClock, systemClock } from '../lib/clock.js';
 import { FoldOwner } from '../lib/fold-owner.js';
 import { LeaseNode, type OwnerLink } from '../lib/lease-node.js';
 import { compilePolicy } from '../lib/policy.js';
@@ -54,7 +54,9 @@ const statelessLink: OwnerLink = {
 
 /**
  * Memory for `keys` fresh keys: the node's buckets alone (the N4 figure), the owner's ledgers alone
- * (in a fleet each node holds only its shards' share of those), and the standalone limiter holding both.
+ * (in a fleet each node holds only its shards' share of those), and the standalone limiter: a fleet of one,
+ * which keeps a count per key and window instead (its clock held still, so no key's window ends and is
+ * swept while the figure is taken).
  */
 export async function memoryFootprints(keys: number, windowsMs: number[]): Promise<Footprint[]> {
   const policy = compilePolicy(hugePolicy(windowsMs));
@@ -83,7 +85,7 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
     return o;
   });
   const standalone = await measure('standalone limiter', windowsMs, buckets, async () => {
-    const limiter = rateLimiter({ policy: hugePolicy(windowsMs), identify: benchIdentity, logger: pino({ level: 'silent' }), maxBuckets: buckets });
+    const limiter = rateLimiter({ policy: hugePolicy(windowsMs), identify: benchIdentity, logger: pino({ level: 'silent' }), maxBuckets: buckets, clock: new FakeClock(Date.now()) });
     const res = { setHeader() {}, statusCode: 200, headersSent: false } as unknown as Response;
     const next = (() => undefined) as NextFunction;
     for (let i = 0; i < keys; i++) limiter({ headers: { 'x-api-key': `mem-key-${i}` }, socket: { remoteAddress: '127.0.0.1' }, path: '/' } as unknown as Request, res, next);
