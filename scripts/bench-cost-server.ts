@@ -1,12 +1,12 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import express, { type RequestHandler } from 'express';
+import type { RequestHandler } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { pino } from 'pino';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { rateLimiter, type RateLimiterMiddleware } from '../middleware/rate-limiter.js';
-import { apiKey, benchIdentity, HUGE, hugePolicy, rlfMiddleware } from './bench-server.js';
+import { apiKey, benchIdentity, HUGE, hugePolicy, limiterStats, rlfMiddleware, serveBench } from './bench-server.js';
 import { installExitHook, liveChildren } from './exit-cleanup.js';
 
 /**
@@ -154,23 +154,13 @@ async function main(cfg: CostServerConfig): Promise<void> {
     default:
       throw new Error(`unknown variant "${String(cfg.variant)}" (expected one of ${COST_VARIANTS.join(', ')})`);
   }
-  const app = express();
-  app.disable('x-powered-by');
-  if (guard !== undefined) app.use(guard);
-  app.get('/api/hello', (_req, res) => {
-    res.json({ ok: true });
-  });
-  const server = app.listen(0, '127.0.0.1', () => {
-    const addr = server.address();
-    send({ type: 'ready', port: typeof addr === 'object' && addr !== null ? addr.port : 0 });
-  });
+  const server = serveBench(guard, (port) => send({ type: 'ready', port }));
   process.on('message', (m: { type?: string }) => {
     if (m?.type === 'gc') {
       (globalThis.gc as ((o?: object) => void) | undefined)?.({ type: 'minor' });
       send({ type: 'gc-done' });
     } else if (m?.type === 'stats') {
-      const node = limiter?.node;
-      send({ type: 'stats', stats: limiter && node ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size } : undefined });
+      send({ type: 'stats', stats: limiterStats(limiter) });
     }
   });
   process.once('disconnect', () => {

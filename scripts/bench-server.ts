@@ -1,6 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { Server } from 'node:http';
 import express, { type Request, type RequestHandler } from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { Redis } from 'ioredis';
@@ -47,6 +48,27 @@ export function apiKey(req: Request): string {
 /** Identity of a benchmark caller: its key as principal, one tenant for all. */
 export function benchIdentity(req: Request): Identity {
   return { principal: apiKey(req), tenant: 't1' };
+}
+
+/** Serves the benchmark's one route behind `guard` (none: bare Express) on a free port, and reports the port. */
+export function serveBench(guard: RequestHandler | undefined, ready: (port: number) => void): Server {
+  const app = express();
+  app.disable('x-powered-by');
+  if (guard !== undefined) app.use(guard);
+  app.get('/api/hello', (_req, res) => {
+    res.json({ ok: true });
+  });
+  const server = app.listen(0, '127.0.0.1', () => {
+    const addr = server.address();
+    ready(typeof addr === 'object' && addr !== null ? addr.port : 0);
+  });
+  return server;
+}
+
+/** A limiter's counters as the benchmarks report them: decisions, its node's, buckets held. */
+export function limiterStats(limiter: RateLimiterMiddleware | undefined): Record<string, unknown> | undefined {
+  const node = limiter?.node;
+  return limiter && node ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size, overCap: node.buckets.overCap } : undefined;
 }
 
 // ---- Parent side ----
@@ -168,16 +190,7 @@ async function main(variant: string): Promise<void> {
       throw new Error(`unknown variant "${variant}" (expected one of ${VARIANTS.join(', ')})`);
   }
 
-  const app = express();
-  app.disable('x-powered-by');
-  if (guard !== undefined) app.use(guard);
-  app.get('/api/hello', (_req, res) => {
-    res.json({ ok: true });
-  });
-  const server = app.listen(0, '127.0.0.1', () => {
-    const addr = server.address();
-    send({ type: 'ready', port: typeof addr === 'object' && addr !== null ? addr.port : 0 });
-  });
+  const server = serveBench(guard, (port) => send({ type: 'ready', port }));
 
   const stop = (): void => {
     server.close();
@@ -187,12 +200,7 @@ async function main(variant: string): Promise<void> {
     process.exit(0);
   };
   process.on('message', (m: { type?: string }) => {
-    if (m?.type !== 'stats') return;
-    const node = limiter?.node;
-    const stats = limiter && node
-      ? { ...limiter.stats, ...node.stats, buckets: node.buckets.size, overCap: node.buckets.overCap }
-      : undefined;
-    send({ type: 'stats', stats });
+    if (m?.type === 'stats') send({ type: 'stats', stats: limiterStats(limiter) });
   });
   process.once('disconnect', stop);
   process.once('SIGTERM', stop);
