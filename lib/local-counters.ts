@@ -103,9 +103,11 @@ export class LocalCounters implements Enforcer, QuotaSource {
     const now = this.clock.now();
     const w = limits.windows[i]!;
     const k = i * SLOTS;
-    const current = windowIdAt(now, w.windowMs, e.counts[k + 1]!) <= e.counts[k]!;
-    const id = current ? e.counts[k]! : windowIdAt(now, w.windowMs, e.counts[k + 1]!);
-    return { left: current ? Math.max(0, w.limit - e.counts[k + 2]!) : w.limit, end: windowEndMs(id, w.windowMs, e.counts[k + 1]!) };
+    const offset = e.counts[k + 1]!;
+    const running = windowIdAt(now, w.windowMs, offset);
+    // Counted in the window it holds unless a later one has begun (none rolled it yet): that one is whole.
+    const current = running <= e.counts[k]!;
+    return { left: current ? Math.max(0, w.limit - e.counts[k + 2]!) : w.limit, end: windowEndMs(current ? e.counts[k]! : running, w.windowMs, offset) };
   }
 
   /** Admissions counted in running windows, and the allowance of those windows (committed ≤ allowance). */
