@@ -56,6 +56,8 @@ describe('Prometheus metrics (O1)', () => {
     // A fleet of one counts for itself: no owner asked, no grant issued.
     expect(after.get('fleet_ratelimit_fast_path_total{node="metrics-node"}')).to.equal(0);
     expect(after.get('fleet_ratelimit_grants_issued_total{node="metrics-node"}')).to.equal(0);
+    // Nor a report sent: the alert on missing reports leaves out a fleet of size 1 (deploy/prometheus).
+    expect(after.get('fleet_ratelimit_reports_total{node="metrics-node"}')).to.equal(0);
     expect(after.get('fleet_ratelimit_lease_credit{node="metrics-node",kind="committed"}')).to.equal(20); // 10 in each window
     expect(after.get('fleet_ratelimit_lease_credit{node="metrics-node",kind="allowance"}')).to.be.above(20);
     expect(after.get('fleet_ratelimit_degraded{node="metrics-node"}')).to.equal(0);

@@ -47,6 +47,8 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
     expect(byName.get('RateLimiterFoldAgeHigh')).to.match(/fleet_ratelimit_fold_age_seconds\) > 0\.05\b/);
     expect(byName.get('RateLimiterNodeDegraded')).to.match(/fleet_ratelimit_degraded/);
     expect(byName.get('RateLimiterReportsMissing')).to.match(/fleet_ratelimit_reports_total/);
+    // A fleet of one admits and never reports (test/http/metrics.test.ts): it must not page.
+    expect(byName.get('RateLimiterReportsMissing')).to.match(/fleet_ratelimit_fleet_size\) > 1\b/);
   });
 
   it('name only metrics the limiter exports', async () => {
