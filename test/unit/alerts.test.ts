@@ -8,8 +8,9 @@ import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
 
 /*
- * The alert rules, checked without promtool (not available here): every rule well formed, the five
- * alerts the operators need present, and every metric an expression names one the limiter exports.
+ * The alert rules as npm test sees them, promtool or not: every rule well formed, the alerts the
+ * operators need present, every metric an expression names one the limiter exports, and every alert
+ * unit-tested in deploy/prometheus/alerts.test.yml, which `npm run test:alerts` runs with promtool.
  */
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -23,6 +24,17 @@ interface Rule {
 }
 
 const rules = (parse(readFileSync(`${ROOT}deploy/prometheus/alerts.yml`, 'utf8')) as { groups: Array<{ name: string; rules: Rule[] }> }).groups.flatMap((g) => g.rules);
+
+interface AlertTest {
+  eval_time: string;
+  alertname: string;
+  exp_alerts?: Array<{ exp_labels?: Record<string, string>; exp_annotations?: Record<string, string> }>;
+}
+
+const promtoolTests = parse(readFileSync(`${ROOT}deploy/prometheus/alerts.test.yml`, 'utf8')) as {
+  rule_files: string[];
+  tests: Array<{ name: string; input_series: Array<{ series: string; values: string }>; alert_rule_test?: AlertTest[] }>;
+};
 
 describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
   it('are well formed: name, expression, duration, severity, summary', () => {
@@ -51,12 +63,61 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
     expect(byName.get('RateLimiterReportsMissing')).to.match(/fleet_ratelimit_fleet_size\) > 1\b/);
   });
 
+  it('each have a promtool test that fires with their labels and summary, and one that stays quiet', () => {
+    expect(promtoolTests.rule_files).to.deep.equal(['alerts.yml']);
+    const cases = promtoolTests.tests.flatMap((t) => (t.alert_rule_test ?? []).map((c) => ({ test: t.name, ...c })));
+    const known = new Set(rules.map((r) => r.alert));
+    for (const c of cases) expect(known.has(c.alertname), `${c.test}: ${c.alertname} is not in alerts.yml`).to.equal(true);
+    for (const r of rules) {
+      const mine = cases.filter((c) => c.alertname === r.alert);
+      const firing = mine.flatMap((c) => c.exp_alerts ?? []);
+      expect(firing, `${r.alert}: no promtool case where it fires`).to.not.be.empty;
+      for (const a of firing) {
+        expect(a.exp_labels?.severity, `${r.alert}: expected severity`).to.equal(r.labels.severity);
+        expect(a.exp_annotations?.summary, `${r.alert}: expected summary`).to.be.a('string').that.is.not.empty;
+      }
+      expect(mine.filter((c) => (c.exp_alerts ?? []).length === 0), `${r.alert}: no promtool case where it stays quiet`).to.not.be.empty;
+    }
+  });
+
   it('name only metrics the limiter exports', async () => {
     const limiter = rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
     try {
       const exported = new Set([...(await limiter.metrics.metrics()).matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
       for (const r of rules) {
         for (const [name] of r.expr.matchAll(/fleet_ratelimit_[a-z_]+/g)) expect(exported.has(name), `${r.alert} names ${name}`).to.equal(true);
+      }
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('are tested by promtool on series shaped as the limiter exports them: names, labels, classes', async () => {
+    const limiter = rateLimiter({ policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, nodeId: 'alerts-node', logger: captureLogger().logger });
+    try {
+      // Every label each exported series carries, and every value of it, by metric name.
+      const exported = new Map<string, Map<string, Set<string>>>();
+      for (const [, name, labels] of (await limiter.metrics.metrics()).matchAll(/^(fleet_ratelimit_\w+)\{([^}]*)\} /gm)) {
+        const byLabel = exported.get(name!) ?? new Map<string, Set<string>>();
+        exported.set(name!, byLabel);
+        for (const [, label, value] of labels!.matchAll(/(\w+)="([^"]*)"/g)) byLabel.set(label!, (byLabel.get(label!) ?? new Set()).add(value!));
+      }
+      for (const t of promtoolTests.tests) {
+        for (const { series } of t.input_series) {
+          const m = /^(\w+)\{(.*)\}$/.exec(series);
+          expect(m, `${t.name}: ${series}`).to.not.equal(null);
+          const [, name, labels] = m!;
+          // What Prometheus adds to every scraped series: job and instance, and up itself.
+          const labelNames = [...labels!.matchAll(/(\w+)="([^"]*)"/g)].map(([, label, value]) => [label!, value!] as const).filter(([label]) => label !== 'job' && label !== 'instance');
+          if (name === 'up') {
+            expect(labelNames, `${t.name}: ${series}`).to.be.empty;
+            continue;
+          }
+          const byLabel = exported.get(name!);
+          expect(byLabel, `${t.name}: ${name} is not exported`).to.not.equal(undefined);
+          expect(labelNames.map(([label]) => label).sort(), `${t.name}: labels of ${series}`).to.deep.equal([...byLabel!.keys()].sort());
+          for (const [label, value] of labelNames) if (label !== 'node') expect(byLabel!.get(label), `${t.name}: ${series}`).to.include(value);
+        }
       }
     } finally {
       await limiter.close();
