@@ -6,6 +6,7 @@ import { AdminContext, problem, type AdminOptions } from './context.js';
 import { healthRouter } from './health-route.js';
 import { operationsRouter } from './operations-routes.js';
 import { policyRouter } from './policy-routes.js';
+import { uiRouter } from './ui-route.js';
 
 export type { AdminOptions } from './context.js';
 
@@ -45,6 +46,7 @@ export function createAdminApp(o: AdminOptions): Express {
 
   const ctx = new AdminContext(o);
   app.use('/admin/v1', policyRouter(ctx), healthRouter(ctx), operationsRouter(ctx));
+  app.use('/admin', uiRouter(ctx));
   app.use((_req, res) => problem(res, 404, 'NOT_FOUND', 'No such endpoint'));
   // Errors before a route answers (reading the body, before authentication) as problems, never an
   // HTML page with a stack trace.

@@ -31,7 +31,7 @@ export interface AdminOptions {
   readonly events?: EventLog;
 }
 
-type Role = 'admin' | 'break-glass';
+export type Role = 'admin' | 'break-glass';
 
 /** Why a change is made: every change and every data-subject request is audited with it. */
 export const reason = Joi.string().trim().min(3).max(500).required();
@@ -91,12 +91,16 @@ export class AdminContext {
         res.setHeader('WWW-Authenticate', 'Bearer realm="fleet-ratelimit admin"');
         return problem(res, 401, 'UNAUTHORIZED', 'A bearer token is required');
       }
-      const token = m[1]!;
-      const granted: Role | undefined = same(token, this.o.adminToken) ? 'admin' : same(token, this.o.breakGlassToken) ? 'break-glass' : undefined;
+      const granted = this.roleOf(m[1]!);
       if (granted !== role) return problem(res, 403, 'FORBIDDEN', 'This credential may not do this');
       res.locals.principal = granted;
       next();
     };
+  }
+
+  /** The role a presented token grants, if any (constant time in the token). */
+  roleOf(token: string): Role | undefined {
+    return same(token, this.o.adminToken) ? 'admin' : same(token, this.o.breakGlassToken) ? 'break-glass' : undefined;
   }
 
   /** Wraps a handler: validation errors → 400, conflicts → 409, the rest → 500 (logged). */

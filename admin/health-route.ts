@@ -1,76 +1,12 @@
 import express, { type Router } from 'express';
-import { KeySchema, parseOwnerEntry, type StoredNodeStatus } from '../bus/keys.js';
-import { StoreRecordError } from '../bus/store-signature.js';
 import type { AdminContext } from './context.js';
-
-/** A stored record that does not verify, as the health view lists it. */
-type Refused = { record: 'policy' | 'switch'; refused: string; message: string };
-
-/** Turns a refused stored record into its health entry; throws anything else. */
-const refusedAs =
-  (record: Refused['record']) =>
-  (err: unknown): Refused => {
-    if (err instanceof StoreRecordError) return { record, refused: err.reason, message: err.message };
-    throw err;
-  };
-
+import { readFleetHealth } from './fleet-health.js';
 
 /** `GET /health`: members, their statuses, shard ownership and the stored records, with one `ok`. */
 export function healthRouter(ctx: AdminContext): Router {
-  const { o, admin } = ctx;
-  const keys = new KeySchema(o.prefix ?? 'frl');
   const v1 = express.Router();
-  v1.get('/health', admin, ctx.route(async (_req, res) => {
-    const [time, members, epochs, owners, statuses, policy, sw] = await Promise.all([
-      o.redis.time(),
-      o.redis.zrange(keys.ctl('members'), 0, -1, 'WITHSCORES'),
-      o.redis.hgetall(keys.ctl('epochs')),
-      o.redis.hgetall(keys.ctl('owners')),
-      o.redis.hgetall(keys.ctl('status')),
-      o.store.current().catch(refusedAs('policy')),
-      o.store.switchState().catch(refusedAs('switch')),
-    ]);
-    const refused = [policy, sw].filter((x): x is Refused => x !== undefined && 'refused' in x);
-    const policyOk = policy !== undefined && !('refused' in policy);
-    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
-    const nodes: Array<{ node: string; nodeEpoch: string | null; lastRoundMsAgo: number; status: StoredNodeStatus | null }> = [];
-    for (let i = 0; i + 1 < members.length; i += 2) {
-      const id = members[i]!;
-      const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as StoredNodeStatus);
-      // A status from an earlier process of the same node id is not this one's.
-      const current = st !== undefined && st.nodeEpoch === epochs[id] ? st : undefined;
-      nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: now - Number(members[i + 1]), status: current ?? null });
-    }
-    let committed = 0;
-    let allowance = 0;
-    for (const x of nodes) {
-      committed += x.status?.leases?.committed ?? 0;
-      allowance += x.status?.leases?.allowance ?? 0;
-    }
-    const shards = Object.entries(owners)
-      .map(([shard, v]) => {
-        const { node, nodeEpoch, epoch, expiresAt } = parseOwnerEntry(v);
-        return { shard: Number(shard), owner: node || null, ownerNodeEpoch: nodeEpoch || null, ownerEpoch: epoch, leaseMsLeft: Math.max(0, expiresAt - now) };
-      })
-      .sort((a, b) => a.shard - b.shard);
-    const degraded = nodes.filter((x) => x.status?.degraded === true).map((x) => x.node);
-    const stalePolicy = nodes.filter((x) => policyOk && x.status !== null && x.status.policyVersion !== policy.version).map((x) => x.node);
-    const enforcing = !('refused' in sw) && sw.enforce;
-    res.json({
-      at: now,
-      enforcing,
-      policyVersion: policyOk ? policy.version : null,
-      // One answer to "is every node enforcing the right limits right now": not without a stored,
-      // signed policy, nor while the store holds a record no node will apply, nor with no node at all.
-      ok: policyOk && refused.length === 0 && nodes.length > 0 && degraded.length === 0 && stalePolicy.length === 0 && enforcing && shards.length > 0 && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
-      refusedRecords: refused,
-      degradedNodes: degraded,
-      nodesOnAnotherPolicy: stalePolicy,
-      leases: { committed, allowance },
-      nodes,
-      shards,
-      unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard),
-    });
+  v1.get('/health', ctx.admin, ctx.route(async (_req, res) => {
+    res.json(await readFleetHealth(ctx.o));
   }));
   return v1;
 }

@@ -1,12 +1,20 @@
-/** One 429 or 503: what happened, to which key id (never the raw key), where. */
+/**
+ * One 429 or 503, or a refusal counted but not enforced: what happened, to which key id (never the raw
+ * key), where.
+ */
 export interface LimitEvent {
   /** Wall-clock ms. */
   readonly at: number;
   readonly keyId: string;
-  /** `quota` (429), `capacity` (503) or `fail_closed` (503 on a limiter fault). */
-  readonly class: 'quota' | 'capacity' | 'fail_closed';
+  /**
+   * `quota` (429), `capacity` (503), `fail_closed` (503 on a limiter fault), `shadow` (a would-be 429
+   * admitted in shadow mode) or `dual_run` (a request the enforced plan admitted that the plan run
+   * beside it would have refused).
+   */
+  readonly class: 'quota' | 'capacity' | 'fail_closed' | 'shadow' | 'dual_run';
+  /** What the caller was sent: 429 or 503; 200 for `shadow` and `dual_run`. */
   readonly status: number;
-  /** The denying window's name (quota only). */
+  /** The denying window's name (quota, shadow and dual_run). */
   readonly window: string;
   readonly routeClass: string;
   readonly correlationId: string;

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { PolicyError, type Problem } from './errors.js';
-import { KEY_ID_PATTERN } from './key-id.js';
+import { crossCheck, maskKeyPaths } from './policy-rules.js';
 import { joiProblems } from './validate.js';
 
 /** One fixed window of a plan: at most `limit` requests per `windowMs`. */
@@ -10,9 +10,21 @@ export interface WindowDef {
   readonly windowMs: number;
 }
 
+/**
+ * How a plan or route class treats a refusal: `enforce` (429) or `shadow` (every decision computed,
+ * a would-be refusal counted in metrics and events, and the request admitted).
+ */
+export type LimitMode = 'enforce' | 'shadow';
+
 /** A plan: a named set of windows a request needs credit in, all or none. */
 export interface PlanDef {
   readonly windows: readonly WindowDef[];
+  readonly mode?: LimitMode;
+  /**
+   * Another plan run beside this one in shadow (a dual run): its decisions are computed on counts of
+   * their own and its refusals counted, while this plan's are enforced.
+   */
+  readonly shadow?: string;
 }
 
 /** Per-tenant profile: the plan its keys get by default and its share of shared capacity. */
@@ -34,6 +46,8 @@ export interface RouteClassDef {
   readonly failMode?: 'open' | 'closed';
   /** Plan for callers without identity on this route class (defaults to `anonymousPlan`). */
   readonly plan?: string;
+  /** `shadow`: refusals on this route class are counted, not enforced, whatever the plan's mode. */
+  readonly mode?: LimitMode;
 }
 
 /** Shared admission capacity of one node, split between tenants (tenant fairness). */
@@ -69,6 +83,10 @@ export interface ResolvedLimits {
   readonly windows: readonly WindowSpec[];
   /** Precomputed `RateLimit-Policy` value (draft-ietf-httpapi-ratelimit-headers-10). */
   readonly policyHeader: string;
+  /** True in shadow mode: a refusal is counted and the request admitted. */
+  readonly shadow: boolean;
+  /** The plan run beside these limits in shadow (a dual run), with counts of its own. */
+  readonly beside: ResolvedLimits | undefined;
 }
 
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -83,11 +101,12 @@ const windowsSchema = Joi.array().items(windowSchema).min(1).max(8).unique('name
 /** Names a plan or route class may not take: they are Object.prototype's (`__proto__`, `constructor` …). */
 export const RESERVED_NAMES: readonly string[] = Object.freeze(Object.getOwnPropertyNames(Object.prototype));
 const nameKeys = Joi.string().pattern(NAME).invalid(...RESERVED_NAMES);
+const mode = Joi.string().valid('enforce', 'shadow');
 
 /** joi schema of a policy document (cross-references are checked after it). */
 const policySchema = Joi.object({
   version: Joi.number().integer().min(1).required(),
-  plans: Joi.object().pattern(nameKeys, Joi.object({ windows: windowsSchema.required() })).min(1).required(),
+  plans: Joi.object().pattern(nameKeys, Joi.object({ windows: windowsSchema.required(), mode, shadow: Joi.string().pattern(NAME) })).min(1).required(),
   defaultPlan: Joi.string().pattern(NAME).required(),
   anonymousPlan: Joi.string().pattern(NAME).required(),
   tenants: Joi.object().pattern(
@@ -100,7 +119,7 @@ const policySchema = Joi.object({
   ),
   routeClasses: Joi.object().pattern(
     nameKeys,
-    Joi.object({ failMode: Joi.string().valid('open', 'closed'), plan: Joi.string().pattern(NAME) }),
+    Joi.object({ failMode: Joi.string().valid('open', 'closed'), plan: Joi.string().pattern(NAME), mode }),
   ),
   capacity: Joi.object({
     nodeAdmissionsPerSecond: Joi.number().integer().min(1).required(),
@@ -117,6 +136,7 @@ export class CompiledPolicy {
   private readonly tenantPlans = new Map<string, ResolvedLimits>();
   private readonly tenantShares = new Map<string, number>();
   private readonly routeFailClosed = new Set<string>();
+  private readonly routeShadow = new Set<string>();
   private readonly routeAnonymous = new Map<string, ResolvedLimits>();
   private readonly defaultLimits: ResolvedLimits;
   private readonly anonymousLimits: ResolvedLimits;
@@ -124,7 +144,11 @@ export class CompiledPolicy {
   constructor(doc: PolicyDoc) {
     this.doc = doc;
     this.version = doc.version;
-    for (const [name, plan] of Object.entries(doc.plans)) this.plans.set(name, compileLimits(`plan:${name}`, plan.windows));
+    for (const [name, plan] of Object.entries(doc.plans)) {
+      const other = plan.shadow === undefined ? undefined : doc.plans[plan.shadow];
+      const beside = other === undefined ? undefined : compileLimits(`dual:${name}:${plan.shadow!}`, other.windows, true);
+      this.plans.set(name, compileLimits(`plan:${name}`, plan.windows, plan.mode === 'shadow', beside));
+    }
     for (const [keyId, o] of Object.entries(doc.keys ?? {})) {
       this.keyLimits.set(keyId, o.plan !== undefined ? this.plan(o.plan) : compileLimits(`key:${keyId}`, o.windows ?? []));
     }
@@ -136,6 +160,7 @@ export class CompiledPolicy {
     this.anonymousLimits = this.plan(doc.anonymousPlan);
     for (const [name, rc] of Object.entries(doc.routeClasses ?? {})) {
       if (rc.failMode === 'closed') this.routeFailClosed.add(name);
+      if (rc.mode === 'shadow') this.routeShadow.add(name);
       if (rc.plan !== undefined) this.routeAnonymous.set(name, this.plan(rc.plan));
     }
     Object.freeze(this);
@@ -160,6 +185,11 @@ export class CompiledPolicy {
     return this.routeFailClosed.has(routeClass);
   }
 
+  /** Whether refusals on `routeClass` are counted instead of enforced. */
+  shadowRoute(routeClass: string): boolean {
+    return this.routeShadow.size !== 0 && this.routeShadow.has(routeClass);
+  }
+
   /** The tenant's largest share of node admission capacity, or undefined if capacity is unlimited. */
   tenantShare(tenant: string): number | undefined {
     const cap = this.doc.capacity;
@@ -172,10 +202,10 @@ export class CompiledPolicy {
   }
 }
 
-function compileLimits(id: string, defs: readonly WindowDef[]): ResolvedLimits {
+function compileLimits(id: string, defs: readonly WindowDef[], shadow = false, beside?: ResolvedLimits): ResolvedLimits {
   const windows = defs.map((w, index) => Object.freeze({ name: w.name, limit: w.limit, windowMs: w.windowMs, index }));
   const policyHeader = windows.map((w) => `"${w.name}";q=${w.limit};w=${Math.ceil(w.windowMs / 1000)}`).join(', ');
-  return Object.freeze({ id, windows: Object.freeze(windows), policyHeader });
+  return Object.freeze({ id, windows: Object.freeze(windows), policyHeader, shadow, beside });
 }
 
 /**
@@ -190,76 +220,6 @@ export function compilePolicy(input: unknown): CompiledPolicy {
   if (doc !== null && typeof doc === 'object') crossCheck(doc, problems, input as Partial<PolicyDoc>);
   if (problems.length) throw new PolicyError(maskKeyPaths(problems, doc));
   return new CompiledPolicy(deepFreeze(structuredClone(value as PolicyDoc)));
-}
-
-/** Checks what joi cannot: plan references, key-id shaped override keys, windows that never bind. */
-function crossCheck(doc: Partial<PolicyDoc>, problems: Problem[], raw: Partial<PolicyDoc>): void {
-  const plans = isRecord(doc.plans) ? doc.plans : {};
-  // joi's copy of a document drops an own `__proto__` key (it sets the prototype instead), so its
-  // schema never sees one; the raw document is checked here.
-  for (const field of ['plans', 'tenants', 'routeClasses'] as const) {
-    const o = raw[field];
-    if (isRecord(o) && Object.hasOwn(o, '__proto__')) problems.push({ path: `${field}.__proto__`, message: 'is a reserved name' });
-  }
-  const known = (name: unknown, path: string): void => {
-    if (typeof name === 'string' && !Object.hasOwn(plans, name)) problems.push({ path, message: `unknown plan "${name}"` });
-  };
-  known(doc.defaultPlan, 'defaultPlan');
-  known(doc.anonymousPlan, 'anonymousPlan');
-  for (const [t, def] of entries<TenantDef>(doc.tenants)) known(def?.plan, `tenants.${t}.plan`);
-  for (const [k, def] of entries<KeyOverrideDef>(doc.keys)) {
-    // The offending name is not echoed: it may be a raw key pasted by mistake.
-    if (!KEY_ID_PATTERN.test(k)) problems.push({ path: 'keys', message: 'overrides must be keyed by key id (v1:…), never by raw key' });
-    known(def?.plan, `keys.${k}.plan`);
-    if (Array.isArray(def?.windows)) checkWindowOrder(def.windows, `keys.${k}.windows`, problems);
-  }
-  for (const [r, def] of entries<RouteClassDef>(doc.routeClasses)) known(def?.plan, `routeClasses.${r}.plan`);
-  for (const [p, def] of entries<PlanDef>(plans)) if (Array.isArray(def?.windows)) checkWindowOrder(def.windows, `plans.${p}.windows`, problems);
-}
-
-/**
- * An override keyed by something that is not a key id may be a raw API key pasted by mistake: error
- * paths name it by position (`keys[2]`), never by the key itself.
- */
-function maskKeyPaths(problems: Problem[], doc: Partial<PolicyDoc> | null): Problem[] {
-  const names = isRecord(doc?.keys) ? Object.keys(doc.keys) : [];
-  return problems.map((p) => {
-    for (const [i, name] of names.entries()) {
-      if (!KEY_ID_PATTERN.test(name) && (p.path === `keys.${name}` || p.path.startsWith(`keys.${name}.`))) {
-        return { path: `keys[${i}]${p.path.slice(`keys.${name}`.length)}`, message: p.message.split(name).join(`keys[${i}]`) };
-      }
-    }
-    return p;
-  });
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
-
-function entries<T>(v: unknown): Array<[string, T | undefined]> {
-  return isRecord(v) ? (Object.entries(v) as Array<[string, T | undefined]>) : [];
-}
-
-/**
- * A longer window with a smaller limit than a shorter one makes the shorter one unreachable: the
- * operator almost certainly swapped two numbers, so it is rejected rather than silently ignored.
- */
-function checkWindowOrder(windows: readonly WindowDef[], path: string, problems: Problem[]): void {
-  const valid = windows.filter((w) => Number.isFinite(w?.windowMs) && Number.isFinite(w?.limit));
-  for (const a of valid) {
-    for (const b of valid) {
-      if (a !== b && a.windowMs === b.windowMs && a.name < b.name) {
-        problems.push({ path, message: `windows "${a.name}" and "${b.name}" have the same length; keep the one that binds` });
-      }
-      if (a.windowMs > b.windowMs && a.limit < b.limit) {
-        problems.push({
-          path,
-          message: `window "${a.name}" (${a.limit} per ${a.windowMs} ms) is longer than "${b.name}" but allows fewer requests (${b.limit}), so "${b.name}" can never bind`,
-        });
-      }
-    }
-  }
 }
 
 function deepFreeze<T>(value: T): T {

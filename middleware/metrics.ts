@@ -9,7 +9,7 @@ import type { Enforcer } from '../lib/node-contract.js';
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
-  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number };
+  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number; shadowDenied: number; dualRunDenied: number };
   readonly node: Enforcer;
   /** The shard-owner side and the bus: absent in a fleet of one, which counts everything itself. */
   readonly owner: FoldOwner | undefined;
@@ -137,13 +137,14 @@ class ProcessMetrics {
       counter(name, help, [], (c) => each((src, node) => mirror(c, node, read(src))));
     counter(
       'fleet_ratelimit_decisions_total',
-      'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off).',
+      'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off), shadow (a would-be 429 admitted in shadow mode).',
       ['class'],
       (c) =>
         each(({ stats: s }, node) => {
-          for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed]] as const) mirror(c, node, n, { class: cls });
+          for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed], ['shadow', s.shadowDenied]] as const) mirror(c, node, n, { class: cls });
         }),
     );
+    fromNode('fleet_ratelimit_dual_run_refusals_total', 'Refusals a plan run in shadow beside the enforced one (a dual run) would have made; those requests were decided by the enforced plan.', (src) => src.stats.dualRunDenied);
     fromNode('fleet_ratelimit_skipped_total', 'Requests the skip option let through unlimited (not decisions: neither counted nor refused).', (src) => src.stats.skipped);
     fromNode('fleet_ratelimit_fast_path_total', 'Asks to a shard owner on the request path (first sight, or credit short).', (src) => src.node.stats.fastPath);
     fromNode('fleet_ratelimit_fast_path_timeouts_total', 'Asks that missed the fast-path deadline (their requests were denied).', (src) => src.node.stats.fastPathTimeouts);

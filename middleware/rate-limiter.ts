@@ -4,7 +4,7 @@ import { defaultLogger } from './default-logger.js';
 import { AdmissionCapacity, CapacityVerdict } from '../lib/capacity.js';
 import { Catalog } from '../lib/catalog.js';
 import { ErrorCode, PolicyError, RateLimiterError } from '../lib/errors.js';
-import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js';
+import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } from '../lib/policy.js';
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
 import { retryHeaders } from '../lib/retry-after.js';
@@ -19,6 +19,9 @@ import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 export type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
+/** Appended to a key id for the counts of the plan run beside its enforced one. */
+const DUAL_RUN_SUFFIX = '/dual';
+
 /**
  * Per-API-key rate limiting for Express, mounted after authentication:
  * `app.use(rateLimiter({ policy, identify }))`. The decision is a memory read of leased credit; the
@@ -32,7 +35,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
   const hasher = new KeyHasher(cfg.keyHash.versions, cfg.keyHash.current);
   // Checked before anything is started: a taken node id, a registry holding other metrics of our names.
   const releaseNodeId = claimNodeId(cfg.nodeId);
-  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0 };
+  const stats: LimiterStats = { admitted: 0, quotaDenied: 0, capacityDenied: 0, failOpen: 0, failClosed: 0, bypassed: 0, skipped: 0, shadowDenied: 0, dualRunDenied: 0 };
   let policy = cfg.policy;
   let enforcing = true;
   let metrics: LimiterMetrics;
@@ -117,9 +120,12 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     const { keyId, limits } = caller;
     try {
       commonHeaders(res);
-      if (cfg.rateLimitHeaders) quota.headers(res, keyId, limits);
+      // In shadow mode the caller sees nothing of the limit: no headers to throttle itself by.
+      const shadow = limits.shadow || policy.shadowRoute(routeClass);
+      if (cfg.rateLimitHeaders && !shadow) quota.headers(res, keyId, limits);
       if (result.admitted) {
         stats.admitted++;
+        if (limits.beside !== undefined) dualRun(req, keyId, limits.beside, routeClass);
         if (policy.doc.capacity !== undefined) capacity.record(caller.tenant);
         if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.view(keyId, limits);
         next();
@@ -131,10 +137,32 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         fault(req, res, next, new RateLimiterError(ErrorCode.DEGRADED, 'degraded: no owner contact and no credit held'), keyId, routeClass, () => node.charge(keyId, limits));
         return;
       }
+      if (shadow) {
+        stats.shadowDenied++;
+        events?.record({ at: clock.now(), keyId, class: 'shadow', status: 200, window: result.window, routeClass, correlationId: correlationIdOf(req), node: nodeId });
+        next();
+        return;
+      }
       limited(req, res, next, result, caller, routeClass);
     } catch (err) {
       fault(req, res, next, err, keyId, routeClass);
     }
+  }
+
+  /**
+   * The plan beside the enforced one (a dual run): decided on counts of its own (the key id with a
+   * suffix, so its own windows and shard) over the requests the enforced plan admits, without waiting;
+   * a refusal is only counted.
+   */
+  function dualRun(req: Request, keyId: string, beside: ResolvedLimits, routeClass: string): void {
+    const counted = (r: Acquired): void => {
+      if (r.admitted || r.unavailable) return;
+      stats.dualRunDenied++;
+      events?.record({ at: clock.now(), keyId, class: 'dual_run', status: 200, window: r.window, routeClass, correlationId: correlationIdOf(req), node: nodeId });
+    };
+    const r = node.acquire(`${keyId}${DUAL_RUN_SUFFIX}`, beside);
+    if (r instanceof Promise) r.then(counted, (err: unknown) => logger.debug({ err, keyId }, 'dual run not decided'));
+    else counted(r);
   }
 
   /** A refusal for the caller's own quota: 429, written by `onLimited` when given. */

@@ -17,6 +17,10 @@ export interface LimiterStats {
   bypassed: number;
   /** Let through by the `skip` option: neither counted nor refused. */
   skipped: number;
+  /** Would-be refusals admitted because the plan or route class is in shadow mode. */
+  shadowDenied: number;
+  /** Refusals the plan run beside the enforced one (a dual run) would have made. */
+  dualRunDenied: number;
 }
 
 /** The Express middleware returned by `rateLimiter()`, with its handles. */
