@@ -31,6 +31,8 @@ export interface FleetHealth {
   refusedRecords: Refused[];
   degradedNodes: string[];
   nodesOnAnotherPolicy: string[];
+  /** The releases the nodes run, each with its bus schema version and nodes; more than one schema is not ok. */
+  releases: Array<{ release: string; schemaVersion: number; nodes: string[] }>;
   leases: { committed: number; allowance: number };
   nodes: NodeHealth[];
   shards: ShardHealth[];
@@ -44,6 +46,25 @@ const refusedAs =
     if (err instanceof StoreRecordError) return { record, refused: err.reason, message: err.message };
     throw err;
   };
+
+/**
+ * The nodes by release and bus schema version. Nodes on different schema versions reject each other's
+ * envelopes, so the fleet cannot enforce as one; releases on one schema can mix (a rolling deploy).
+ */
+function releasesOf(nodes: readonly NodeHealth[]): FleetHealth['releases'] {
+  const out = new Map<string, { release: string; schemaVersion: number; nodes: string[] }>();
+  for (const { node, status } of nodes) {
+    if (status === null) continue;
+    // A status without these fields comes from a release before they were published: schema 1.
+    const release = status.release ?? 'unknown';
+    const schemaVersion = status.schemaVersion ?? 1;
+    const k = `${release}|${schemaVersion}`;
+    const entry = out.get(k) ?? { release, schemaVersion, nodes: [] };
+    entry.nodes.push(node);
+    out.set(k, entry);
+  }
+  return [...out.values()].sort((a, b) => b.nodes.length - a.nodes.length || a.schemaVersion - b.schemaVersion || (a.release < b.release ? -1 : 1));
+}
 
 /** Reads members, their statuses, shard ownership and the stored records from Redis, at Redis's time. */
 export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' | 'store'>): Promise<FleetHealth> {
@@ -83,16 +104,18 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
   const degraded = nodes.filter((x) => x.status?.degraded === true).map((x) => x.node);
   const stalePolicy = nodes.filter((x) => policyOk && x.status !== null && x.status.policyVersion !== policy.version).map((x) => x.node);
   const enforcing = !('refused' in sw) && sw.enforce;
+  const releases = releasesOf(nodes);
   return {
     at: now,
     enforcing,
     policyVersion: policyOk ? policy.version : null,
     // Not without a stored, signed policy, nor while the store holds a record no node will apply, nor
     // with no node at all.
-    ok: policyOk && refused.length === 0 && nodes.length > 0 && degraded.length === 0 && stalePolicy.length === 0 && enforcing && shards.length > 0 && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+    ok: policyOk && refused.length === 0 && nodes.length > 0 && degraded.length === 0 && stalePolicy.length === 0 && new Set(releases.map((r) => r.schemaVersion)).size <= 1 && enforcing && shards.length > 0 && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
     refusedRecords: refused,
     degradedNodes: degraded,
     nodesOnAnotherPolicy: stalePolicy,
+    releases,
     leases: { committed, allowance },
     nodes,
     shards,

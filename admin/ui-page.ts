@@ -60,6 +60,7 @@ export function problemsOf(h: FleetHealth): string[] {
   if (h.nodes.length === 0) out.push('No node is a member of the fleet');
   if (h.degradedNodes.length > 0) out.push(`Degraded: ${h.degradedNodes.join(', ')}`);
   if (h.nodesOnAnotherPolicy.length > 0) out.push(`Not on policy version ${h.policyVersion ?? '?'}: ${h.nodesOnAnotherPolicy.join(', ')}`);
+  if (new Set(h.releases.map((r) => r.schemaVersion)).size > 1) out.push(`Nodes speak different bus schema versions and refuse each other’s messages: ${h.releases.map((r) => `${r.release} (schema ${r.schemaVersion}): ${r.nodes.join(', ')}`).join('; ')}`);
   if (h.shards.length === 0) out.push('No shard has an owner yet');
   else if (h.unownedShards.length > 0) out.push(`${h.unownedShards.length} of ${h.shards.length} shards have no live owner: ${h.unownedShards.join(', ')}`);
   // `ok` is the contract; a reason not listed above still shows as not ok.
@@ -75,10 +76,11 @@ function cell(text: string | number, bad = false): string {
 /** One row of the nodes table. */
 function nodeRow(n: NodeHealth, h: FleetHealth): string {
   const s = n.status;
-  if (s === null) return `<tr>${cell(n.node)}<td class="bad" colspan="8">no status from this process yet</td>${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
+  if (s === null) return `<tr>${cell(n.node)}<td class="bad" colspan="9">no status from this process yet</td>${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
   const policyBad = h.policyVersion !== null && s.policyVersion !== h.policyVersion;
   const leases = s.leases.allowance > 0 ? `${s.leases.committed} / ${s.leases.allowance} (${((100 * s.leases.committed) / s.leases.allowance).toFixed(1)} %)` : `${s.leases.committed} / 0`;
-  return `<tr>${cell(n.node)}${cell(s.policyVersion, policyBad)}${cell(s.enforcing ? 'yes' : 'no', !s.enforcing)}${cell(s.degraded ? 'yes' : 'no', s.degraded)}${cell(`${Math.round(s.foldAgeMs)} ms`)}${cell(s.ownedShards)}${cell(leases)}${cell(s.buckets)}${cell(s.eventsDropped, s.eventsDropped > 0)}${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
+  const schemaBad = h.releases.length > 0 && (s.schemaVersion ?? 1) !== h.releases[0]!.schemaVersion;
+  return `<tr>${cell(n.node)}${cell(`${s.release ?? 'unknown'} (schema ${s.schemaVersion ?? 1})`, schemaBad)}${cell(s.policyVersion, policyBad)}${cell(s.enforcing ? 'yes' : 'no', !s.enforcing)}${cell(s.degraded ? 'yes' : 'no', s.degraded)}${cell(`${Math.round(s.foldAgeMs)} ms`)}${cell(s.ownedShards)}${cell(leases)}${cell(s.buckets)}${cell(s.eventsDropped, s.eventsDropped > 0)}${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
 }
 
 /** The enforcement-health page: one verdict, the fleet's figures, then every node. */
@@ -101,7 +103,7 @@ ${verdict}
 <dt>Credit leased / allowance</dt><dd>${h.leases.committed} / ${h.leases.allowance}${share}</dd>
 </dl>
 <table>
-<thead><tr><th>Node</th><th>Policy</th><th>Enforcing</th><th>Degraded</th><th>Fold age</th><th>Shards owned</th><th>Credit leased / allowance</th><th>Buckets</th><th>Events dropped</th><th>Last round</th></tr></thead>
+<thead><tr><th>Node</th><th>Release</th><th>Policy</th><th>Enforcing</th><th>Degraded</th><th>Fold age</th><th>Shards owned</th><th>Credit leased / allowance</th><th>Buckets</th><th>Events dropped</th><th>Last round</th></tr></thead>
 <tbody>${[...h.nodes].sort((a, b) => (a.node < b.node ? -1 : 1)).map((n) => nodeRow(n, h)).join('\n')}</tbody>
 </table>
 <footer>As of ${new Date(h.at).toISOString()} (Redis's clock); this page reloads every ${REFRESH_SECONDS} s.

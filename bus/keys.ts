@@ -82,6 +82,10 @@ export interface NodeStatus {
   /** As a shard owner: credit committed over the windows running, and their allowance. */
   readonly leases: { readonly ledgers: number; readonly committed: number; readonly allowance: number };
   readonly eventsDropped: number;
+  /** The package version the node runs (absent from releases before it was published). */
+  readonly release?: string;
+  /** The bus envelope schema version it speaks (absent from releases before it was published: 1). */
+  readonly schemaVersion?: number;
 }
 
 /** A status as stored: stamped by the bus with the process, the shards it owns and the time. */

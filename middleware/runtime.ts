@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { SCHEMA_VERSION } from '../bus/codec.js';
 import { EventLog } from '../bus/events.js';
 import type { NodeStatus } from '../bus/keys.js';
 import { LoopStalls } from '../bus/loop-stall.js';
@@ -14,6 +15,7 @@ import type { Enforcer } from '../lib/node-contract.js';
 import { followStore, type LiveState } from './live-policy.js';
 import type { Config } from './options.js';
 import { fleetQuota, QuotaReader } from './quota.js';
+import { RELEASE } from './release.js';
 
 /** What the runtime reads of the limiter's live state: the store's setters, and the policy in force. */
 export interface RuntimeState extends LiveState {
@@ -86,7 +88,7 @@ export class Runtime {
   /** What the admin API's health view shows of this node (A2). */
   status(nowMs: number): NodeStatus {
     const node = this.node;
-    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing: this.state.enforcing, policyVersion: this.state.policyVersion, buckets: node.buckets.size, leases: this.leases(nowMs), eventsDropped: this.events?.dropped ?? 0 };
+    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing: this.state.enforcing, policyVersion: this.state.policyVersion, buckets: node.buckets.size, leases: this.leases(nowMs), eventsDropped: this.events?.dropped ?? 0, release: RELEASE, schemaVersion: SCHEMA_VERSION };
   }
 
   /** Stops the timers, flushes the event log and closes every connection the runtime opened; idempotent. */

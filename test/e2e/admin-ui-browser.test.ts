@@ -8,10 +8,12 @@ import { Redis } from 'ioredis';
 import { chromium, type Browser } from 'playwright-core';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
+import { SCHEMA_VERSION } from '../../bus/codec.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { StoreSigner } from '../../bus/store-signature.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import type { PolicyDoc } from '../../lib/policy.js';
+import { RELEASE } from '../../middleware/release.js';
 import { startFleet, type Fleet } from '../../scripts/fleet.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { until } from '../support/redis-members.js';
@@ -83,9 +85,9 @@ describe('the enforcement-health page in headless Chromium, against a fleet of t
       expect(await verdict.innerText()).to.equal('Every node is enforcing the stored policy');
       const rows = await page.locator('tbody tr').allInnerTexts();
       expect(rows.map((r) => r.split('\t')[0]).sort()).to.deep.equal(fleet.nodes.map((n) => n.nodeId).sort());
-      // Every node on policy version 1, enforcing, not degraded; the 64 shards shared among them.
-      for (const r of rows) expect(r.split('\t').slice(1, 4)).to.deep.equal(['1', 'yes', 'no']);
-      const owned = rows.map((r) => Number(r.split('\t')[5]));
+      // Every node on this release, policy version 1, enforcing, not degraded; the 64 shards shared among them.
+      for (const r of rows) expect(r.split('\t').slice(1, 5)).to.deep.equal([`${RELEASE} (schema ${SCHEMA_VERSION})`, '1', 'yes', 'no']);
+      const owned = rows.map((r) => Number(r.split('\t')[6]));
       expect(owned.reduce((a, b) => a + b, 0)).to.equal(64);
       expect(await page.locator('dl.summary').innerText()).to.match(/Shards owned\s+64 \/ 64/);
       if (process.env.UPDATE_SCREENSHOT === '1') await page.screenshot({ path: SCREENSHOT, fullPage: true });

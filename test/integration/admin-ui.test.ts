@@ -4,8 +4,10 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { KeySchema } from '../../bus/keys.js';
+import { SCHEMA_VERSION } from '../../bus/codec.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
+import { RELEASE } from '../../middleware/release.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
@@ -98,8 +100,23 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
     expect(page).to.include('Every node is enforcing the stored policy');
     expect(page).to.match(/<dt>Policy version<\/dt><dd>1<\/dd>/);
     expect(page).to.match(/<dt>Shards owned<\/dt><dd>8 \/ 8<\/dd>/);
-    // The node's row: id, policy 1, enforcing, not degraded, a fold age, 8 shards.
-    expect(page).to.match(/<tr><td>ui-node<\/td><td>1<\/td><td>yes<\/td><td>no<\/td><td>\d+ ms<\/td><td>8<\/td>/);
+    // The node's row: id, release, policy 1, enforcing, not degraded, a fold age, 8 shards.
+    expect(page).to.include(`<tr><td>ui-node</td><td>${RELEASE} (schema ${SCHEMA_VERSION})</td><td>1</td><td>yes</td><td>no</td>`);
+    expect(page).to.match(/<td>no<\/td><td>\d+ ms<\/td><td>8<\/td>/);
+
+    // A member speaking another bus schema (its envelopes and ours refuse each other): not ok.
+    const keys = new KeySchema(prefix);
+    const status = { degraded: false, foldAgeMs: 0, enforcing: true, policyVersion: 1, buckets: 0, leases: { ledgers: 0, committed: 0, allowance: 0 }, eventsDropped: 0, release: '9.0.0', schemaVersion: SCHEMA_VERSION + 1, nodeEpoch: 'e-next', ownedShards: 0, at: Date.now() };
+    await raw.multi().zadd(keys.ctl('members'), Date.now(), 'next-node').hset(keys.ctl('epochs'), 'next-node', 'e-next').hset(keys.ctl('status'), 'next-node', JSON.stringify(status)).exec();
+    const health = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as { ok: boolean; releases: Array<{ release: string; schemaVersion: number; nodes: string[] }> };
+    expect(health.ok).to.equal(false);
+    expect(health.releases).to.deep.equal([
+      { release: RELEASE, schemaVersion: SCHEMA_VERSION, nodes: ['ui-node'] },
+      { release: '9.0.0', schemaVersion: SCHEMA_VERSION + 1, nodes: ['next-node'] },
+    ]);
+    page = (await request(app).get('/admin/ui').set(as(ADMIN)).expect(200)).text;
+    expect(page).to.include('Nodes speak different bus schema versions');
+    await raw.zrem(keys.ctl('members'), 'next-node');
 
     await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: false, reason: 'ui check: switch off' }).expect(200);
     page = (await request(app).get('/admin/ui').set(as(ADMIN)).expect(200)).text;
