@@ -8,6 +8,7 @@ import { compilePolicy, CompiledPolicy, type PolicyDoc } from '../lib/policy.js'
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
 import { retryHeaders } from '../lib/retry-after.js';
+import { runningWindowEndMs } from '../lib/window.js';
 import { callOnLimited, withSkip } from './hooks.js';
 import { CallerResolver, type Caller } from './identify.js';
 import { claimNodeId } from './instances.js';
@@ -143,7 +144,13 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     stats.quotaDenied++;
     const correlationId = correlationIdOf(req);
     logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
-    events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: nodeId });
+    if (events !== undefined) {
+      // The event aggregates this key's refusals until the denying window ends.
+      const at = clock.now();
+      const windowMs = caller.limits.windows.find((w) => w.name === result.window)?.windowMs;
+      const windowEndsAt = windowMs === undefined ? undefined : runningWindowEndMs(keyId, at, windowMs);
+      events.record({ at, keyId, class: 'quota', status: 429, window: result.window, ...(windowEndsAt === undefined ? {} : { windowEndsAt }), routeClass, correlationId, node: nodeId });
+    }
     const retry = retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter);
     const send = (): void => sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retry);
     const info = property !== false || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;
