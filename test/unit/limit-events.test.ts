@@ -109,7 +109,7 @@ describe('limit events: the stored entry and its size bound', () => {
   });
 
   it('derives the stream length from the byte budget', () => {
-    expect(MAX_ENTRY_BYTES).to.be.within(700, 1000);
+    expect(MAX_ENTRY_BYTES, 'the README and ARCHITECTURE state it').to.equal(848);
     expect(maxEntries(EVENT_DEFAULTS.maxBytes)).to.equal(Math.floor(256 * 1024 * 1024 / MAX_ENTRY_BYTES));
     expect(maxEntries(65_536)).to.equal(Math.floor(65_536 / MAX_ENTRY_BYTES));
   });
