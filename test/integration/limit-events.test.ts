@@ -83,7 +83,7 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
     const events = await new EventLog(raw, prefix).find([...new Set(entries.map(([, f]) => f[1]!))]);
     const counted = events.reduce((s, e) => s + e.count, 0);
     const detail = `${refused} refusals in ${windows - 1} s: ${entries.length} entries, ${await memoryUsage(raw, stream)} bytes`;
-    expect(refused, detail).to.be.greaterThan(100);
+    expect(refused, detail).to.be.at.least(50);
     expect(l.stats.quotaDenied, detail).to.equal(refused);
     expect(counted, detail).to.equal(refused);
     expect(events.length, detail).to.be.within(1, windows);
