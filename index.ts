@@ -42,4 +42,4 @@ export { RedisBus, type RedisBusOptions, type RedisBusStats } from './bus/redis.
 export type { RedisConnectionOptions } from './bus/redis-options.js';
 export type { BusSecretVersion } from './bus/codec.js';
 export type { Bus, CreditOwner, NodeIdentity } from './bus/types.js';
-export type { LimitEvent, LimitEventSink } from './bus/limit-event.js';
+export type { LimitClass, LimitEvent, LimitEventOptions, LimitEventSink, LimitEventStats, LimitRefusal } from './bus/limit-event.js';

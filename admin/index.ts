@@ -15,5 +15,5 @@ export {
 } from './jobs.js';
 export { PolicyStore, PolicyConflict, type StoredPolicy, type AuditEntry, type SwitchState, type AuditWriter } from '../bus/policy-store.js';
 export { StoreSigner, StoreRecordError, type SignedKind, type StoreRejectReason } from '../bus/store-signature.js';
-export { EventLog, type LimitEvent } from '../bus/events.js';
+export { EventLog, type EventLogOptions, type LimitEvent, type LimitRefusal } from '../bus/events.js';
 export { connect, type RedisClient, type RedisConnectionOptions } from '../bus/redis-connection.js';

@@ -38,9 +38,11 @@ export function operationsRouter(ctx: AdminContext): Router {
     const [body] = valid<[{ keys: string[]; reason: string }]>([subjects, req.body]);
     if (o.events === undefined) return problem(res, 503, 'NO_EVENTS', 'No event log is configured');
     const keyIds = keyIdsOf(body.keys);
+    // Each event counts the refusals of one key id, window and route class (first, last, count).
     const events = await o.events.find(keyIds);
-    await o.store.audit(res.locals.principal as string, 'subject.access', keyIds.join(' '), body.reason, `${events.length} events`);
-    res.json({ keyIds, events });
+    const refusals = events.reduce((n, e) => n + e.count, 0);
+    await o.store.audit(res.locals.principal as string, 'subject.access', keyIds.join(' '), body.reason, `${events.length} events, ${refusals} refusals`);
+    res.json({ keyIds, events, refusals });
   }));
 
   v1.post('/subjects/erase', admin, route(async (req, res) => {

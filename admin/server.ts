@@ -2,7 +2,7 @@
 import { pino } from 'pino';
 import { PolicyStore } from '../bus/policy-store.js';
 import { StoreSigner } from '../bus/store-signature.js';
-import { connect } from '../bus/redis-connection.js';
+import { checkRedis, connect } from '../bus/redis-connection.js';
 import { EventLog } from '../bus/events.js';
 import { createAdminApp } from './app.js';
 import { maintenanceQueue } from './jobs.js';
@@ -12,7 +12,7 @@ import { maintenanceQueue } from './jobs.js';
  * ADMIN_TOKEN and BREAK_GLASS_TOKEN (required, at least 32 characters, different), KEY_HASH_SECRET
  * (required: the gateways' secret, so raw keys given here hash to their key ids), POLICY_SECRET (the
  * gateways' `policySecret`; BUS_SECRET when they use that), REDIS_PREFIX (frl), LOG_LEVEL (info). It
- * refuses to start without them.
+ * refuses to start without them, and exits 1 if Redis does not answer within 5 s or the port is taken.
  */
 const env = process.env;
 const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) } : { url: env.REDIS_URL ?? '' };
@@ -36,6 +36,11 @@ if (problems.length) {
   process.exit(1);
 }
 
+// A wrong or dead Redis stops it here, in a few seconds, rather than serving errors forever.
+await checkRedis(where).catch((err: Error) => {
+  process.stderr.write(`admin API: ${err.message}\n`);
+  process.exit(1);
+});
 const redis = connect(where, { commandTimeout: 2000 });
 redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
 const store = new PolicyStore(redis, new StoreSigner([{ version: 'p1', secret: policySecret! }]), env.REDIS_PREFIX);

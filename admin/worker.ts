@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 import { pino } from 'pino';
 import { appendAudit } from '../bus/policy-store.js';
-import { connect } from '../bus/redis-connection.js';
+import { checkRedis, connect } from '../bus/redis-connection.js';
 import { startWorker } from './jobs.js';
 
 /**
  * `npm run worker`: the BullMQ worker for the epoch reaper (every minute) and retention (every hour),
  * and for runs the admin API asks for. Environment: REDIS_URL (required), REDIS_PREFIX (frl), SHARDS
- * (64, as the gateways), LOG_LEVEL (info).
+ * (64, as the gateways), LOG_LEVEL (info). It exits 1 if Redis does not answer within 5 s.
  */
 const env = process.env;
 const logger = pino({ name: 'maintenance-worker', level: env.LOG_LEVEL ?? 'info' });
@@ -18,6 +18,11 @@ if ((!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) || !Number.isInteger(shards) ||
   process.exit(1);
 }
 const prefix = env.REDIS_PREFIX ?? 'frl';
+// A wrong or dead Redis stops it here, in a few seconds, rather than BullMQ retrying forever.
+await checkRedis(where).catch((err: Error) => {
+  process.stderr.write(`maintenance worker: ${err.message}\n`);
+  process.exit(1);
+});
 // BullMQ's blocking connection needs maxRetriesPerRequest: null.
 const connection = connect(where, { maxRetriesPerRequest: null });
 const redis = connect(where, { commandTimeout: 10_000 });

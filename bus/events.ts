@@ -1,55 +1,102 @@
 import type { Cluster, Redis } from 'ioredis';
-import type { LimitEvent, LimitEventSink } from './limit-event.js';
+import { systemClock, type Clock } from '../lib/clock.js';
+import type { Logger } from '../lib/logger.js';
+import { EventAggregator } from './event-aggregator.js';
+import { decodeEvent, encodeEvent, maxEntries, parseEventOptions, type EventConfig } from './event-entry.js';
+import type { LimitEvent, LimitEventOptions, LimitEventSink, LimitEventStats, LimitRefusal } from './limit-event.js';
 
-export type { LimitEvent };
+export type { LimitEvent, LimitRefusal };
 
-
-/** Events kept per flush at most; beyond it a flood is counted, not stored. */
-const MAX_PER_FLUSH = 2000;
-/** A safety cap on the stream behind retention by age. */
-const MAX_EVENTS = 10_000_000;
 const SCAN = 1000;
+/** Drops are logged at most this often (the counts since the last line). */
+const LOG_EVERY_MS = 60_000;
 
 type Client = Redis | Cluster;
 
+/** What an `EventLog` is made with besides its client and prefix. */
+export interface EventLogOptions extends LimitEventOptions {
+  /** Time source for the aggregates' due times. @default the system clock */
+  clock?: Clock;
+  /** Where dropped and evicted events are reported (once a minute at most). @default none */
+  logger?: Logger;
+}
+
 /**
- * Limit events (every 429 and 503), recorded off the request path: `record` only buffers; `flush`
- * (every quarter second on a node) writes the buffer in one pipeline to `frl:{ev}:events`. Subject
- * access and erasure scan the stream for key ids; retention trims it by age.
+ * Limit events (429s and 503s) in the stream `frl:{ev}:events`, recorded off the request path:
+ * `record` only counts a refusal into its aggregate (key id, class, window, route class, node);
+ * `flush` (every quarter second on a node) writes the aggregates whose window ended or that waited
+ * `flushMs`, in one transaction that then trims the stream to its byte budget. Memory is bounded
+ * by `maxPending`, the stream by `maxBytes`; what either refuses is counted, and logged once a
+ * minute. Subject access and erasure scan the stream for key ids; retention trims it by age.
  */
 export class EventLog implements LimitEventSink {
-  private buffer: LimitEvent[] = [];
-  /** Events not stored because a flush was already full (a flood of denials). */
-  dropped = 0;
   readonly key: string;
+  readonly config: EventConfig;
+  /** The stream length its byte budget allows. */
+  readonly maxLength: number;
+  private readonly aggregator: EventAggregator;
+  private readonly clock: Clock;
+  private readonly logger: Logger | undefined;
+  private counts = { refusals: 0, written: 0, droppedWrite: 0, evicted: 0 };
+  private logged = { droppedPending: 0, droppedWrite: 0, evicted: 0 };
+  private logAt = 0;
 
+  /** Throws a `ConfigError` naming the field (`events.maxBytes`, …) for a bad option. */
   constructor(
     private readonly redis: Client,
     prefix = 'frl',
+    options: EventLogOptions = {},
   ) {
+    const { clock, logger, ...limits } = options;
+    this.config = parseEventOptions(limits);
     this.key = `${prefix}:{ev}:events`;
+    this.maxLength = maxEntries(this.config.maxBytes);
+    this.aggregator = new EventAggregator(this.config.maxPending, this.config.flushMs);
+    this.clock = clock ?? systemClock;
+    this.logger = logger;
   }
 
-  /** Buffers an event; never blocks, never throws. */
-  record(e: LimitEvent): void {
-    if (this.buffer.length >= MAX_PER_FLUSH) this.dropped++;
-    else this.buffer.push(e);
+  /** Counts a refusal into its aggregate; never blocks, never throws. */
+  record(r: LimitRefusal): void {
+    this.counts.refusals++;
+    this.aggregator.add(r);
   }
 
-  /** Writes what is buffered; an event that cannot be written is lost (and counted), never retried forever. */
-  async flush(): Promise<void> {
-    if (this.buffer.length === 0) return;
-    const batch = this.buffer;
-    this.buffer = [];
-    const p = this.redis.pipeline();
-    for (const e of batch) {
-      p.xadd(this.key, 'MAXLEN', '~', String(MAX_EVENTS), '*', 'at', String(e.at), 'keyId', e.keyId, 'class', e.class, 'status', String(e.status), 'window', e.window, 'routeClass', e.routeClass, 'correlationId', e.correlationId, 'node', e.node);
+  get stats(): LimitEventStats {
+    return { ...this.counts, droppedPending: this.aggregator.dropped };
+  }
+
+  get dropped(): number {
+    return this.aggregator.dropped + this.counts.droppedWrite;
+  }
+
+  /** Aggregates held in memory, awaiting their write. */
+  get pending(): number {
+    return this.aggregator.size;
+  }
+
+  /**
+   * Writes the aggregates due (every one with `all`, as on close) and trims the stream to its budget.
+   * A write that fails loses its aggregates (their refusals counted), never retried forever.
+   */
+  async flush(all = false): Promise<void> {
+    const now = this.clock.now();
+    const batch = this.aggregator.take(now, all);
+    if (batch.length > 0) {
+      const tx = this.redis.multi();
+      for (const e of batch) tx.xadd(this.key, '*', ...encodeEvent(e));
+      tx.xtrim(this.key, 'MAXLEN', String(this.maxLength));
+      try {
+        const replies = (await tx.exec()) ?? [];
+        const trim = replies[batch.length];
+        if (replies.length !== batch.length + 1 || replies.some(([err]) => err)) throw new Error('limit event write refused');
+        this.counts.written += batch.length;
+        this.counts.evicted += Number(trim?.[1] ?? 0);
+      } catch {
+        this.counts.droppedWrite += batch.reduce((n, e) => n + e.count, 0);
+      }
     }
-    try {
-      await p.exec();
-    } catch {
-      this.dropped += batch.length;
-    }
+    this.report(now);
   }
 
   /** Every event of these key ids (subject access), oldest first. */
@@ -67,9 +114,19 @@ export class EventLog implements LimitEventSink {
     return ids.length;
   }
 
-  /** Deletes events older than `beforeMs` (retention); returns how many. */
+  /** Deletes events written before `beforeMs` (retention); returns how many. */
   async trimBefore(beforeMs: number): Promise<number> {
     return this.redis.xtrim(this.key, 'MINID', String(Math.max(0, Math.floor(beforeMs))));
+  }
+
+  /** Once a minute at most: what was dropped or evicted since the last line. */
+  private report(now: number): void {
+    const s = this.stats;
+    const since = { droppedPending: s.droppedPending - this.logged.droppedPending, droppedWrite: s.droppedWrite - this.logged.droppedWrite, evicted: s.evicted - this.logged.evicted };
+    if (this.logger === undefined || now < this.logAt || since.droppedPending + since.droppedWrite + since.evicted === 0) return;
+    this.logged = { droppedPending: s.droppedPending, droppedWrite: s.droppedWrite, evicted: s.evicted };
+    this.logAt = now + LOG_EVERY_MS;
+    this.logger.warn({ ...since, maxPending: this.config.maxPending, maxBytes: this.config.maxBytes, maxLength: this.maxLength }, 'limit events dropped or evicted');
   }
 
   private async scan(keyIds: readonly string[], hit: (id: string, e: LimitEvent) => void): Promise<void> {
@@ -78,11 +135,8 @@ export class EventLog implements LimitEventSink {
     for (;;) {
       const rows = await this.redis.xrange(this.key, start, '+', 'COUNT', SCAN);
       for (const [id, flat] of rows) {
-        const f: Record<string, string> = {};
-        for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
-        if (wanted.has(f.keyId ?? '')) {
-          hit(id, { at: Number(f.at), keyId: f.keyId!, class: f.class as LimitEvent['class'], status: Number(f.status), window: f.window ?? '', routeClass: f.routeClass ?? '', correlationId: f.correlationId ?? '', node: f.node ?? '' });
-        }
+        const e = decodeEvent(flat);
+        if (wanted.has(e.keyId)) hit(id, e);
       }
       if (rows.length < SCAN) return;
       start = `(${rows[rows.length - 1]![0]}`;

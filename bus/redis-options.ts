@@ -1,5 +1,6 @@
 import type { ConnectionOptions } from 'node:tls';
 import type { BusSecretVersion } from './codec.js';
+import type { LimitEventOptions } from './limit-event.js';
 
 /** How to reach Redis, and the bus's shared settings. Part of `rateLimiter({ redis })`. */
 export interface RedisConnectionOptions {
@@ -32,4 +33,10 @@ export interface RedisConnectionOptions {
    * a connection is not up. @default { host: '127.0.0.1', port: 0, advertise: host (or the machine's hostname when host is 0.0.0.0 or ::) }
    */
   fastPath?: false | { host?: string; port?: number; advertise?: string };
+  /**
+   * Bounds of the limit-event log: its byte budget in Redis (`maxBytes`), how long an aggregate waits
+   * before it is written (`flushMs`) and how many are held in memory (`maxPending`).
+   * @default { maxBytes: 268435456, flushMs: 60000, maxPending: 10000 }
+   */
+  events?: LimitEventOptions;
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
+import { checkRedis } from '../bus/redis-connection.js';
 import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import { ConfigError } from '../lib/errors.js';
 import { createDemoApp } from './app.js';
@@ -13,7 +14,8 @@ import { createDemoApp } from './app.js';
  * (hostname-pid), POLICY_FILE (demo/policy.json), REDIS_PREFIX (frl), DEGRADED_AFTER_MS (30000),
  * LOG_LEVEL (info), and for the fast path's direct channel FAST_PATH_HOST (127.0.0.1), FAST_PATH_PORT
  * (0: any free port), FAST_PATH_ADVERTISE (the host others dial), or FAST_PATH=off for Redis pub/sub
- * only; FAST_PATH_DEADLINE_MS (1). The server listens once the node reaches every shard's owner.
+ * only; FAST_PATH_DEADLINE_MS (1). The server listens once the node reaches every shard's owner; it
+ * exits 1 if Redis does not answer within 5 s, no owner is reached within 15 s, or the port is taken.
  */
 const env = process.env;
 const logger = pino({ name: 'demo-gateway', level: env.LOG_LEVEL ?? 'info' });
@@ -46,6 +48,9 @@ const redis: RedisConnectionOptions | undefined = shared
             },
     }
   : undefined;
+
+// A wrong or dead Redis stops it here, in a few seconds, before it joins the fleet.
+if (redis !== undefined) await checkRedis(redis).catch((err: Error) => fail(err.message));
 
 try {
   const { app, limiter } = createDemoApp({

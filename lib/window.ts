@@ -24,3 +24,9 @@ export function windowStartMs(windowId: number, windowMs: number, offset: number
 export function windowEndMs(windowId: number, windowMs: number, offset: number): number {
   return (windowId + 1) * windowMs + offset;
 }
+
+/** Wall-clock instant (ms) at which the window of length `windowMs` running for `keyId` at `nowMs` ends. */
+export function runningWindowEndMs(keyId: string, nowMs: number, windowMs: number): number {
+  const offset = phaseOffset(keyId, windowMs);
+  return windowEndMs(windowIdAt(nowMs, windowMs, offset), windowMs, offset);
+}

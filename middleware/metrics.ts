@@ -2,6 +2,7 @@ import type { RequestHandler } from 'express';
 import { Counter, Gauge, Registry, type Metric } from 'prom-client';
 import { ConfigError } from '../lib/errors.js';
 import type { LoopStalls } from '../bus/loop-stall.js';
+import type { LimitEventStats } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
 import type { Enforcer } from '../lib/node-contract.js';
@@ -18,8 +19,8 @@ export interface MetricSources {
   readonly leases: (nowMs: number) => { committed: number; allowance: number };
   /** This process's event-loop stalls. */
   readonly loop: LoopStalls;
-  /** The limit-event log (with Redis): its count of events lost to a flood or a failed write. */
-  readonly events?: { readonly dropped: number };
+  /** The limit-event log (with Redis): what became of the refusals it was given. */
+  readonly events?: { readonly stats: LimitEventStats };
   /** Stored policy and kill-switch records this node refused, by reason (with Redis). */
   readonly policyRejections?: () => Readonly<Record<string, number>> | undefined;
 }
@@ -154,7 +155,13 @@ class ProcessMetrics {
     fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner?.stats.grants ?? 0);
     fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', (src) => src.owner?.stats.floatAnswers ?? 0);
     fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
-    fromNode('fleet_ratelimit_events_dropped_total', 'Limit events not stored: more than 2000 in a quarter second, or a failed write.', (src) => src.events?.dropped ?? 0);
+    counter('fleet_ratelimit_events_dropped_total', 'Refusals (429, 503) counted in no stored limit event: pending (more distinct aggregates than maxPending held in memory) or write (the write to Redis failed).', ['reason'], (c) =>
+      each(({ events: e }, node) => {
+        if (e !== undefined) for (const [reason, n] of [['pending', e.stats.droppedPending], ['write', e.stats.droppedWrite]] as const) mirror(c, node, n, { reason });
+      }),
+    );
+    fromNode('fleet_ratelimit_events_written_total', 'Limit events written to Redis: one per key id, class, window name, route class and window, counting its refusals.', (src) => src.events?.stats.written ?? 0);
+    fromNode('fleet_ratelimit_events_evicted_total', "Stored limit events this node's writes trimmed off the stream to hold its byte budget (redis.events.maxBytes), before their retention age.", (src) => src.events?.stats.evicted ?? 0);
     counter(
       'fleet_ratelimit_bus_rejections_total',
       'Bus entries and messages rejected: version, secret, mac, malformed, fold (could not be applied), stale_owner (from a deposed owner).',

@@ -4,6 +4,7 @@ import type { Request } from 'express';
 import type { Logger } from '../lib/logger.js';
 import type { Registry } from 'prom-client';
 import { secretKeys } from '../bus/codec.js';
+import { eventOptionsSchema } from '../bus/event-entry.js';
 import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import type { Bus } from '../bus/types.js';
 import { systemClock, type Clock } from '../lib/clock.js';
@@ -168,6 +169,7 @@ const schema = Joi.object({
       port: Joi.number().integer().min(0).max(65535),
       advertise: Joi.string().pattern(/^[A-Za-z0-9_.:-]{1,128}$/),
     }).allow(false),
+    events: eventOptionsSchema,
   }).oxor('url', 'clusterNodes'),
   shards: Joi.number().integer().min(1).max(4096).default(64),
   maxBuckets: Joi.number().integer().min(16).default(50_000),

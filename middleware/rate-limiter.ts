@@ -8,6 +8,7 @@ import { compilePolicy, CompiledPolicy, type PolicyDoc, type ResolvedLimits } fr
 import { KeyHasher } from '../lib/key-id.js';
 import type { Acquired, Denied } from '../lib/lease-node.js';
 import { retryHeaders } from '../lib/retry-after.js';
+import { runningWindowEndMs } from '../lib/window.js';
 import { callOnLimited, withSkip } from './hooks.js';
 import { CallerResolver, type Caller } from './identify.js';
 import { claimNodeId } from './instances.js';
@@ -139,7 +140,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       }
       if (shadow) {
         stats.shadowDenied++;
-        events?.record({ at: clock.now(), keyId, class: 'shadow', status: 200, window: result.window, routeClass, correlationId: correlationIdOf(req), node: nodeId });
+        recordRefusal(keyId, limits, result.window, 'shadow', routeClass, correlationIdOf(req));
         next();
         return;
       }
@@ -158,11 +159,25 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     const counted = (r: Acquired): void => {
       if (r.admitted || r.unavailable) return;
       stats.dualRunDenied++;
-      events?.record({ at: clock.now(), keyId, class: 'dual_run', status: 200, window: r.window, routeClass, correlationId: correlationIdOf(req), node: nodeId });
+      recordRefusal(keyId, beside, r.window, 'dual_run', routeClass, correlationIdOf(req));
     };
     const r = node.acquire(`${keyId}${DUAL_RUN_SUFFIX}`, beside);
     if (r instanceof Promise) r.then(counted, (err: unknown) => logger.debug({ err, keyId }, 'dual run not decided'));
     else counted(r);
+  }
+
+  /**
+   * A limit event for a refusal by `window` of `limits` (sent as a 429, or counted only in shadow and
+   * dual runs); its aggregate collects the key's refusals until that window ends.
+   */
+  function recordRefusal(keyId: string, limits: ResolvedLimits, window: string, cls: 'quota' | 'shadow' | 'dual_run', routeClass: string, correlationId: string): void {
+    if (events === undefined) return;
+    const at = clock.now();
+    // A dual run's counts are its own key's: its windows end on that key's phase.
+    const subject = cls === 'dual_run' ? `${keyId}${DUAL_RUN_SUFFIX}` : keyId;
+    const windowMs = limits.windows.find((w) => w.name === window)?.windowMs;
+    const windowEndsAt = windowMs === undefined ? undefined : runningWindowEndMs(subject, at, windowMs);
+    events.record({ at, keyId, class: cls, status: cls === 'quota' ? 429 : 200, window, ...(windowEndsAt === undefined ? {} : { windowEndsAt }), routeClass, correlationId, node: nodeId });
   }
 
   /** A refusal for the caller's own quota: 429, written by `onLimited` when given. */
@@ -171,7 +186,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     stats.quotaDenied++;
     const correlationId = correlationIdOf(req);
     logger.debug({ keyId, correlationId, routeClass, window: result.window, code: Catalog.quotaExceeded.code }, 'rate limited');
-    events?.record({ at: clock.now(), keyId, class: 'quota', status: 429, window: result.window, routeClass, correlationId, node: nodeId });
+    recordRefusal(keyId, caller.limits, result.window, 'quota', routeClass, correlationId);
     const retry = retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter);
     const send = (): void => sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retry);
     const info = property !== false || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;

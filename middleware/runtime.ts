@@ -34,7 +34,7 @@ export class Runtime {
   readonly bus: Bus | undefined;
   /** The shard-owner side; undefined in a fleet of one. */
   readonly owner: FoldOwner | undefined;
-  /** With Redis: every 429 and 503, written off the request path. */
+  /** With Redis: every 429 and 503, aggregated per key and window, written off the request path. */
   readonly events: EventLog | undefined;
   /** With Redis: the stored policy and kill switch. */
   readonly feed: PolicyFeed | undefined;
@@ -71,8 +71,8 @@ export class Runtime {
     this.owner = fleet?.owner;
     this.quota = new QuotaReader(fleet === undefined ? this.local! : fleetQuota(fleet.node, fleet.owner), clock);
     this.eventsRedis = cfg.redis === undefined ? undefined : connect(cfg.redis, { commandTimeout: 2000 });
-    this.eventsRedis?.on('error', () => undefined); // a lost flush is counted in events.dropped
-    this.events = this.eventsRedis === undefined ? undefined : new EventLog(this.eventsRedis, cfg.redis!.prefix);
+    this.eventsRedis?.on('error', () => undefined); // a lost write is counted in events.stats.droppedWrite
+    this.events = this.eventsRedis === undefined ? undefined : new EventLog(this.eventsRedis, cfg.redis!.prefix, { ...cfg.redis!.events, clock, logger });
     // With Redis, the live policy and the kill switch come from the store (P4).
     this.feed = cfg.redis === undefined ? undefined : followStore(cfg.redis, state, logger);
     const events = this.events;
@@ -97,7 +97,7 @@ export class Runtime {
       for (const t of this.timers) clearInterval(t);
       this.loop.stop();
       await this.feed?.close();
-      await this.events?.flush();
+      await this.events?.flush(true);
       await this.eventsRedis?.quit().catch(() => this.eventsRedis?.disconnect());
       if (this.ownBus) await this.bus?.close();
     })();

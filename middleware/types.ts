@@ -46,7 +46,7 @@ export interface RateLimiterMiddleware extends RequestHandler {
   policy(): CompiledPolicy;
   /** False while the kill switch has enforcement off fleet-wide (with `redis`). */
   readonly enforcing: boolean;
-  /** Limit events (with `redis`): every 429 and 503, batched to Redis off the request path. */
+  /** Limit events (with `redis`): 429s and 503s aggregated per key id and window, written to Redis off the request path. */
   readonly events: LimitEventSink | undefined;
   /**
    * Replaces the policy without a restart. Throws a `PolicyError` for an invalid document and a

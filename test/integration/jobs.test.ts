@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { AUDIT_RETENTION_MS, EVENTS_RETENTION_MS, reap, retention, startWorker } from '../../admin/jobs.js';
-import { EventLog, type LimitEvent } from '../../bus/events.js';
+import { EventLog, type LimitEvent, type LimitRefusal } from '../../bus/events.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
@@ -16,7 +16,7 @@ const ADMIN = 'admin-token-0123456789';
 const hasher = new KeyHasher(TEST_KEY_HASH.versions);
 const DAY = 86_400_000;
 
-function event(keyId: string, at: number): LimitEvent {
+function refusal(keyId: string, at: number): LimitRefusal {
   return { at, keyId, class: 'quota', status: 429, window: 'burst', routeClass: 'default', correlationId: `c-${at}`, node: 'n1' };
 }
 
@@ -85,7 +85,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     expect((await store.auditLog(10)).length).to.equal(2);
   });
 
-  it('a node records every 429 as a limit event (key id, window, class, correlation id; never the raw key), off the request path', async () => {
+  it('a node records its 429s as limit events, one per window with their count (key id, window, class, correlation ids; never the raw key)', async () => {
     // Ten a minute: the twelve requests share one window however slowly a loaded machine sends them.
     const policy = demoPolicy({ plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit: 10, windowMs: 60_000 }, { name: 'sustained', limit: 100, windowMs: 3_600_000 }] } } });
     const limiter = redisLimiter(redis.url, prefix, 'events-node', 'sk_live_customer_one', { policy });
@@ -103,9 +103,18 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     expect(denied).to.be.at.least(1);
     const keyId = hasher.hash('sk_live_customer_one');
     const stream = new EventLog(raw, prefix);
-    await until(async () => (await stream.find([keyId])).length === denied, 'the events to be flushed', 3000);
+    // The aggregates wait for their window's end (or flushMs, a minute by default); closing writes them.
+    await limiter.close();
     const found = await stream.find([keyId]);
-    const odd = found.filter((e) => !(e.class === 'quota' && e.status === 429 && e.window === named.get(e.correlationId) && e.node === 'events-node' && e.routeClass === 'default'));
+    const count = (pairs: Iterable<readonly [string, number]>): Array<[string, number]> => {
+      const by = new Map<string, number>();
+      for (const [w, n] of pairs) by.set(w, (by.get(w) ?? 0) + n);
+      return [...by].sort();
+    };
+    // One event per window (two if a window rolled over mid-run), counting every 429 it named.
+    expect(found.length, `answers ${statuses.join(' ')}`).to.be.within(1, 2 * new Set(named.values()).size);
+    expect(count(found.map((e) => [e.window, e.count] as const))).to.deep.equal(count([...named.values()].map((w) => [w, 1] as const)));
+    const odd = found.filter((e) => !(e.class === 'quota' && e.status === 429 && named.get(e.firstCorrelationId) === e.window && named.get(e.lastCorrelationId) === e.window && e.first <= e.last && e.node === 'events-node' && e.routeClass === 'default'));
     expect(odd, `answers ${statuses.join(' ')}`).to.deep.equal([]);
     const stored = JSON.stringify(await raw.xrange(`${prefix}:{ev}:events`, '-', '+'));
     expect(stored).to.not.include('sk_live_customer_one');
@@ -119,13 +128,14 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     const subject = 'sk_live_subject_key';
     const [v1Id, v2Id] = ['v1', 'v2'].map((v) => new KeyHasher(versions, v).hash(subject)) as [string, string];
     const other = rotated.hash('sk_live_someone_else');
-    for (const [id, at] of [[v1Id, 1], [v2Id, 2], [other, 3]] as const) log.record(event(id, Date.now() - at));
-    await log.flush();
+    for (const [id, at] of [[v1Id, 1], [v2Id, 2], [other, 3]] as const) log.record(refusal(id, Date.now() - at));
+    await log.flush(true);
     const app = createAdminApp({ store, redis: raw, prefix, adminToken: ADMIN, breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions, current: 'v2' }, events: log, logger: captureLogger().logger });
     const auth = { Authorization: `Bearer ${ADMIN}` };
 
     const access = await request(app).post('/admin/v1/subjects/events').set(auth).send({ keys: [subject], reason: 'subject access request 7' }).expect(200);
-    expect((access.body as { events: LimitEvent[] }).events.map((e) => e.keyId).sort()).to.deep.equal([v1Id, v2Id].sort());
+    expect((access.body as { events: LimitEvent[] }).events.map((e) => [e.keyId, e.count]).sort()).to.deep.equal([[v1Id, 1], [v2Id, 1]].sort());
+    expect(access.body.refusals).to.equal(2);
     expect(access.text).to.not.include(subject);
     const erase = await request(app).post('/admin/v1/subjects/erase').set(auth).send({ keys: [subject], reason: 'erasure request 7' }).expect(200);
     expect(erase.body.erased).to.equal(2);
@@ -135,7 +145,7 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     expect(audit.map((e) => [e.action, e.reason, e.detail])).to.deep.equal([
       ['subject.erase', 'erasure request 7', '2 events erased'],
       ['subject.erase.start', 'erasure request 7', ''],
-      ['subject.access', 'subject access request 7', '2 events'],
+      ['subject.access', 'subject access request 7', '2 events, 2 refusals'],
     ]);
     expect(JSON.stringify(audit)).to.not.include(subject);
   });

@@ -3,9 +3,10 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { checkRedis } from '../../bus/redis-connection.js';
 import { RedisBus } from '../../bus/redis.js';
 import { freePort } from '../../scripts/free-port.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { startRedis, startRedisCluster, type RedisProcess } from '../../scripts/redis-server.js';
 import { BUS_SECRET, joinRedisFleet, ROUND_MS, SHARDS, until } from '../support/redis-members.js';
 
 /** A throwaway CA and a server certificate for 127.0.0.1, or undefined without openssl. */
@@ -69,5 +70,27 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     stops.push(m.stop);
     await m.bus.ready();
     await until(() => m.bus.ownedShards().length === SHARDS, 'every shard');
+  });
+
+  it('the startup check passes a live server and a live cluster, and names the address (never the password) and the reason otherwise', async function () {
+    const redis = await startRedis();
+    started.push(redis);
+    if (redis.external) this.skip();
+    await checkRedis({ url: redis.url }, 2000);
+    const admin = new (await import('ioredis')).Redis(redis.url);
+    await admin.call('ACL', 'SETUSER', 'checker', 'on', '>checker-password', '~chk:*', '+@all');
+    admin.disconnect();
+    await checkRedis({ url: `redis://checker:checker-password@127.0.0.1:${redis.port}` }, 2000);
+    const wrong = await checkRedis({ url: `redis://checker:not-the-password@127.0.0.1:${redis.port}` }, 2000).then(() => undefined, (e: Error) => e);
+    expect(wrong?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${redis.port}: WRONGPASS`));
+    expect(wrong?.message).to.not.include('not-the-password');
+    const closed = await freePort();
+    const refused = await checkRedis({ url: `redis://127.0.0.1:${closed}` }, 2000).then(() => undefined, (e: Error) => e);
+    expect(refused?.message).to.equal(`cannot connect to Redis at 127.0.0.1:${closed}: connect ECONNREFUSED 127.0.0.1:${closed}`);
+    const cluster = await startRedisCluster(3);
+    stops.push(() => cluster.stop());
+    await checkRedis({ clusterNodes: cluster.nodes.map((n) => `redis://${n.host}:${n.port}`) }, 5000);
+    const deadCluster = await checkRedis({ clusterNodes: [`redis://127.0.0.1:${closed}`] }, 1000).then(() => undefined, (e: Error) => e);
+    expect(deadCluster?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${closed}: `));
   });
 });
