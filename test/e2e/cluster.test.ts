@@ -15,6 +15,7 @@ import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { startFleet, type Fleet, type GatewayNode } from '../../scripts/fleet.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { statusAfterRetries } from '../support/http.js';
+import { waitFor } from '../support/wait.js';
 
 const HOUR = 3_600_000;
 const KEY_HASH_SECRET = 'cluster-e2e-key-hash-secret';
@@ -138,7 +139,7 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
       await res.body?.cancel();
       if (res.status === 200) admitted++;
       else refusals.push({ retryAfter: res.headers.get('retry-after'), resetMs: Number(res.headers.get('x-ratelimit-reset-ms')) });
-      await new Promise((r) => setTimeout(r, Math.max(0, 200 - (Date.now() - t0))));
+      await new Promise((r) => setTimeout(r, Math.max(0, 200 - (Date.now() - t0)))); // fixed pacing: 5 a second
     }
     for (const r of refusals) expect(r.retryAfter === '0' && r.resetMs <= 25, JSON.stringify(r)).to.equal(true);
     // A floor only: beside busy processes a third of these asks can miss (14 of 20 admitted here).
@@ -203,11 +204,18 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     await request(admin).put('/admin/v1/policy').set(auth).send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' }).expect(200);
     // policy-probe moves from 1000 per hour to the free plan (10 per second).
     await request(admin).put('/admin/v1/overrides').set(auth).send({ key: 'policy-probe', plan: 'free', reason: 'e2e: live change' }).expect(200);
-    await new Promise((r) => setTimeout(r, 300)); // the announcement crosses Redis
+    // The announcement crosses Redis: a node has taken it once it answers under the free plan's windows.
+    for (const n of fleet.nodes) {
+      await waitFor(async () => {
+        const res = await fetch(`${n.url}/api/hello`, { headers: { 'x-api-key': 'policy-probe' }, signal: AbortSignal.timeout(5000) });
+        await res.body?.cancel();
+        return res.headers.get('ratelimit-policy')?.includes('"burst"') === true;
+      }, { what: `${n.nodeId} to take the override`, timeoutMs: 10_000, intervalMs: 50 });
+    }
     for (const n of fleet.nodes) {
       // Start just after the key's own burst boundary, so the twelve share one window.
       const offset = phaseOffset(hasher.hash('policy-probe'), 1000);
-      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000));
+      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000)); // computed: to that boundary
       const statuses: number[] = [];
       for (let i = 0; i < 12; i++) statuses.push((await probe(n.url, 'policy-probe')).status);
       // Ten a second now (a first sight that misses its 1 ms ask admits fewer, never more).
@@ -223,7 +231,7 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     const serve = async (ms: number): Promise<void> => {
       for (const end = Date.now() + ms; Date.now() < end; ) {
         for (const n of fleet.nodes) during.push(await probe(n.url, key));
-        await new Promise((r) => setTimeout(r, 50));
+        await new Promise((r) => setTimeout(r, 50)); // fixed pacing: requests through the span
       }
     };
     redis.pause();

@@ -33,7 +33,7 @@ describe('demo server process (npm start)', () => {
       await waitReady(`http://127.0.0.1:${port}/healthz`, child);
       // Start just after this key's own burst boundary so the 12 requests share one 1 s window.
       const offset = phaseOffset(new KeyHasher([{ version: 'v1', secret: SECRET }]).hash('demo-free'), 1000);
-      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000));
+      await new Promise((r) => setTimeout(r, (offset - (Date.now() % 1000) + 1000 + 5) % 1000)); // computed: to that boundary
       const results: Array<{ status: number; retryAfter: string | null; resetMs: string | null; body: string }> = [];
       for (let i = 0; i < 12; i++) {
         const res = await fetch(`http://127.0.0.1:${port}/api/hello`, { headers: { 'x-api-key': 'demo-free' } });

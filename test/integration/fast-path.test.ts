@@ -51,11 +51,13 @@ describe('Fast path over its direct channel (real redis-server)', function () {
   const connected = async (salt: string): Promise<[Member, Member, () => string]> => {
     const [a, b] = await pair();
     const next = keysOwnedBy(a, 'b', salt);
+    const asked: string[] = [];
     await until(() => {
-      void a.node.acquire(next(), limits(100));
+      asked.push(next());
+      void a.node.acquire(asked.at(-1)!, limits(100));
       return a.bus.stats.asksDirect > 0;
     }, 'an ask over the direct channel');
-    await new Promise((r) => setTimeout(r, 50)); // earlier answers in
+    await until(() => asked.every((k) => (a.node.buckets.peek(k)?.buckets[0]?.issued ?? 0) > 0), 'the earlier asks’ grants to land');
     return [a, b, next];
   };
 
@@ -103,17 +105,19 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     ask(1, 0); // the window's first ask: answered after its log write; the owner makes a float
     await until(() => answers().some((x) => x.re === 1), 'the first answer');
     await until(() => b.owner.float(keyId, WINDOW_MS, windowId) > 0, 'the float to be on record');
-    // Hold the owner's log writes on the fast-path connection for a second (Redis itself runs on).
+    // Hold the owner's log writes on the fast-path connection until the answer is in (Redis itself runs on).
     const fast = (b.bus as unknown as { fast: Redis & { frlAppendGrants: (...args: string[]) => Promise<unknown> } }).fast;
     const append = fast.frlAppendGrants.bind(fast);
     let held = 0;
     let written = 0;
     const floated: unknown[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
     fast.frlAppendGrants = (...args: string[]) => {
       held++;
       // What this write appends: the answered grant, with its float's share.
       const body = JSON.parse(args[args.indexOf('b') + 1]!) as { grants: unknown[][] };
-      return new Promise((r) => setTimeout(r, 1000))
+      return gate
         .then(() => append(...args))
         .then((id) => {
           if (id !== null && body.grants.some((g) => g[0] === keyId && Number(g[9] ?? 0) > 0)) floated.push(id);
@@ -122,10 +126,14 @@ describe('Fast path over its direct channel (real redis-server)', function () {
         .finally(() => written++);
     };
     ask(2, 1);
-    await until(() => answers().some((x) => x.re === 2), 'the second answer');
-    expect(answers().find((x) => x.re === 2)!.messages.find((m) => m.type === 'grant')).to.include({ floated: 1 });
-    expect(held, 'log writes started').to.be.above(0);
-    expect(written, 'log writes finished before the answer').to.equal(0);
+    try {
+      await until(() => answers().some((x) => x.re === 2), 'the second answer');
+      expect(answers().find((x) => x.re === 2)!.messages.find((m) => m.type === 'grant')).to.include({ floated: 1 });
+      expect(held, 'log writes started').to.be.above(0);
+      expect(written, 'log writes finished before the answer').to.equal(0);
+    } finally {
+      release();
+    }
     // Appended after (the log itself keeps it only until the next checkpoint, which covers it).
     await until(() => floated.length > 0, 'the grant to reach the log after', 5000);
     s.destroy();
@@ -135,21 +143,26 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const a = join('a');
     await a.bus.ready();
     const keyId = keysOwnedBy(a, 'a', 'own')();
-    // Every log write of a's held for a second (Redis itself runs on).
+    // Every log write of a's held until released (Redis itself runs on).
     const log = (a.bus as unknown as { log: { appendGrants: (...args: unknown[]) => Promise<boolean> } }).log;
     const append = log.appendGrants.bind(log);
     let written = 0;
-    log.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args)).finally(() => written++);
-    const r = await a.node.acquire(keyId, limits(100));
-    expect(r.admitted, 'admitted on credit not yet on record').to.equal(false);
-    // Busy for eight rounds meanwhile: its reports ask for top-ups, which wait for the log too.
-    const end = Date.now() + 8 * 25;
-    while (Date.now() < end && written === 0) {
-      expect((await a.node.acquire(keyId, limits(100))).admitted).to.equal(false);
-      await new Promise((res) => setTimeout(res, 2));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    log.appendGrants = (...args: unknown[]) => gate.then(() => append(...args)).finally(() => written++);
+    try {
+      const r = await a.node.acquire(keyId, limits(100));
+      expect(r.admitted, 'admitted on credit not yet on record').to.equal(false);
+      // Busy for eight rounds meanwhile: its reports ask for top-ups, which wait for the log too.
+      const end = Date.now() + 8 * 25;
+      while (Date.now() < end) {
+        expect((await a.node.acquire(keyId, limits(100))).admitted).to.equal(false);
+        await new Promise((res) => setTimeout(res, 2)); // fixed: paces requests over the eight rounds
+      }
+      expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
+    } finally {
+      release();
     }
-    expect(written).to.equal(0);
-    expect(a.node.buckets.peek(keyId)!.buckets[0]!.issued).to.equal(0);
     await until(() => a.node.buckets.peek(keyId)!.buckets[0]!.issued > 0, 'the grant once on record', 5000);
     expect(written).to.be.above(0);
     expect(await loggedGrants(ctx.raw, ctx.prefix, keyId)).to.be.above(0);
@@ -178,8 +191,9 @@ describe('Fast path over its direct channel (real redis-server)', function () {
       const next = placeOf(keyId, W).windowId + 1;
       await until(() => a.owner.float(keyId, W, next) > 0, 'the next window’s float on record', 3000);
       // (On a starved machine the float's write may come back just after the window began.)
-      if (placeOf(keyId, W).windowId < next) await new Promise((r) => setTimeout(r, windowLeftMs(keyId, W) + 5));
+      await until(() => placeOf(keyId, W).windowId >= next, 'the next window to begin', 2000);
       // From now on every log write of a's takes a second: an ask that waited for one would miss.
+      // (Fixed: a delay far past the 1 ms deadline is the point, not something to wait for.)
       log.appendGrants = (...args: unknown[]) => new Promise((r) => setTimeout(r, 1000)).then(() => append(...args));
       try {
         // Asked in the same turn as its owner side is seen serving (a starved loop can lapse its lease).
@@ -225,7 +239,7 @@ describe('Fast path over its direct channel (real redis-server)', function () {
         // (On a starved machine the ask may take a while to reach b.)
         await until(() => b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId) > 0, 'the owner to issue', 3000);
         await until(() => b.bus.stats.grantsWithheld > 0, 'the grant to be withheld', 3000);
-        await new Promise((res) => setTimeout(res, 100));
+        await new Promise((res) => setTimeout(res, 100)); // fixed: time for a wrongly sent grant to land
         expect(a.node.buckets.peek(keyId)?.buckets[0]?.issued ?? 0, 'credit the node applied').to.equal(0);
       } finally {
         await ctx.raw.config('SET', 'maxmemory', '0');

@@ -4,6 +4,7 @@ import { EnvelopeCodec, type Bodies } from '../../bus/codec.js';
 import type { Denied } from '../../lib/lease-node.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { SILENT_ROUNDS } from '../../lib/membership.js';
 import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
 
 const WINDOW_MS = 60_000;
@@ -185,7 +186,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       // left idle gives back what its fading demand no longer needs, rounds later — frozen or not.)
       const r1 = a.node.acquire(held, plan);
       expect(r1).to.deep.equal({ admitted: true });
-      await new Promise((r) => setTimeout(r, 200));
+      await until(() => a.node.silenceMs(placeOf(fresh).shard) >= 2 * ROUND_MS, 'two missed rounds of b’s shard (F2)', 2000);
       // A first sight with the owner out of reach, in a window that began before the silence: denied
       // at once — no ask (F2), no promise, and no self-grant (F4: owners may have issued all of this
       // window before they held this node's share back).
@@ -233,9 +234,10 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
             }
           }
         }
-        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setTimeout(r, 5)); // fixed: paces the load
       }
     })();
+    // Fixed spans are the scenario: load before, a freeze across a 1 s window boundary, load after.
     await new Promise((r) => setTimeout(r, 1500));
     ctx.redis.pause();
     await new Promise((r) => setTimeout(r, 2000));
@@ -265,15 +267,15 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const spend = async (m: Member, k: string, n: number): Promise<void> => {
       for (let i = 0; i < n; i++) if ((await m.node.acquire(k, plan)).admitted) total.set(k, total.get(k)! + 1);
     };
-    for (const k of keys) await spend(a, k, 3); // a now holds credit granted by b
-    await new Promise((r) => setTimeout(r, 300));
+    for (const k of keys) await spend(a, k, 3);
+    await until(() => keys.every((k) => (a.node.buckets.peek(k)?.buckets[0]?.issued ?? 0) > 0), 'a to hold credit granted by b for every key');
     const restarting = ctx.redis.restart({ empty: true });
     await b.stop(); // b's shards go to a or c, with no log to replay
     await restarting;
     await until(() => keys.every((k) => { const o = c.bus.owners()[place(k)]; return o !== undefined && o.owner !== 'b'; }), 'new owners', 10_000);
     for (let r = 0; r < 30; r++) {
       for (const k of keys) await spend(c, k, 3);
-      await new Promise((r) => setTimeout(r, 30));
+      await new Promise((r) => setTimeout(r, 30)); // fixed: spreads c's requests over the new owners' blind rounds
     }
     for (const k of keys) await spend(a, k, 120);
     expect([...total].filter(([, n]) => n > 100), 'keys over their allowance').to.deep.equal([]);
@@ -292,11 +294,13 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       return st.stale.length === 0 && st.selfGranted.length === 0;
     }, 'b to state every owner in reach');
     await until(() => unsettled().length === 0, 'a to read that statement');
-    // a's rounds stop for 8 rounds (its process starved; less than its lease): b keeps heart-beating,
-    // and says it has not heard from a's shards since.
+    // a's rounds stop (its process starved; for less than its lease): b keeps heart-beating, and says
+    // it has not heard from a's shards for a silence's worth of rounds.
     a.rounds(false);
-    await new Promise((r) => setTimeout(r, 8 * ROUND_MS));
-    expect((await statement()).stale.flatMap(([, shards]) => shards)).to.include(shard);
+    await until(async () => {
+      const st = await statement();
+      return st.stale.some(([t, shards]) => shards.includes(shard) && st.freshAt - t >= SILENT_ROUNDS * ROUND_MS);
+    }, 'b to state a’s shard silent', 10 * ROUND_MS);
     // b stops too, a comes back: a's first round reads b's last statement while b is not silent.
     b.rounds(false);
     const r0 = a.bus.stats.rounds;
@@ -321,7 +325,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
       const end = Date.now() + ms;
       while (Date.now() < end) {
         await a.node.acquire(keyId, plan);
-        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setTimeout(r, 5)); // fixed: paces the load over the span
       }
     };
     await send(200);

@@ -38,7 +38,7 @@ describe('Redis bus on a Redis Cluster of three masters (B5)', function () {
     for (let i = 0; i < 300; i++) {
       const r = await (i % 2 === 0 ? a : b).node.acquire(keyId, plan);
       if (r.admitted) admitted++;
-      if (i % 20 === 19) await new Promise((r) => setTimeout(r, 30)); // let rounds run: reports, top-ups
+      if (i % 20 === 19) await new Promise((r) => setTimeout(r, 30)); // fixed pacing: lets rounds run (reports, top-ups) between bursts
     }
     expect(admitted).to.be.within(97, 100);
 

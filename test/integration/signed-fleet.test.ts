@@ -10,6 +10,7 @@ const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret
 const FENCE = readFileSync(new URL('../../bus/lua/fence.lua', import.meta.url), 'utf8');
 const APPEND = readFileSync(new URL('../../bus/lua/append-grants.lua', import.meta.url), 'utf8');
 
+/** A fixed pause: only for pacing a loop, never to wait for something to happen (see `until`). */
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const WINDOW_MS = 60_000;
 
@@ -39,7 +40,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const loop = (async () => {
       while (on) {
         await write();
-        await sleep(5);
+        await sleep(5); // fixed: the forger's pace
       }
     })();
     return async () => {
@@ -83,7 +84,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
         const end = Date.now() + 8 * ROUND_MS;
         while (Date.now() < end) {
           expect(unsettled(), what).to.include('b');
-          await sleep(ROUND_MS / 2);
+          await sleep(ROUND_MS / 2); // fixed: looks twice a round for eight rounds, proving nothing changes
         }
       } finally {
         await stop();
@@ -110,7 +111,8 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
       await ctx.raw.zrem(ctl('members'), 'b');
       await ctx.raw.zadd(ctl('left'), await redisNow(), 'b');
       await ctx.raw.hset(ctl('beats'), 'b', form);
-      await sleep(6 * ROUND_MS);
+      const r0 = a.bus.stats.rounds;
+      await until(() => a.bus.stats.rounds >= r0 + 6, 'six rounds of a that read the leave', 3000);
       expect(a.bus.fleetSize(), `after a leave stated as ${JSON.stringify(form.slice(0, 40))}`).to.equal(2);
       expect(a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER)).to.include('b');
     }
@@ -148,7 +150,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const end = Date.now() + 10 * ROUND_MS;
     while (Date.now() < end) {
       expect(b.bus.ownedShards()).to.not.include(shard);
-      await sleep(ROUND_MS / 2);
+      await sleep(ROUND_MS / 2); // fixed: looks twice a round for ten rounds, proving nothing changes
     }
     expect(b.bus.stats.takeovers).to.equal(takeovers);
     // Once that entry lapses, its rightful owner claims it again, under a higher epoch.
@@ -206,7 +208,7 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
       return b.bus.stats.grantsWithheld > withheld;
     }, 'b to withhold a grant', 5000);
     await until(() => !b.bus.ownedShards().includes(shard) || b.bus.owners()[shard]!.epoch > epoch, 'b to stop serving the shard under its old epoch', 3000);
-    await sleep(100);
+    await sleep(100); // fixed: time for a withheld grant to reach a, were it wrongly sent
     // What a's node holds for the key came from grants on record under an epoch above the fence
     // (b's claim past it), never from the withheld one.
     let onRecord = 0;
@@ -249,9 +251,10 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const spend = Date.now() + 3000;
     while (Date.now() < spend && admitted < LIMIT) {
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
-      else await sleep(2);
+      else await sleep(2); // fixed: pacing while a top-up is out
     }
     expect(admitted, 'b’s node spent more than a blind owner would hold back for it').to.be.above(LIMIT / 2);
+    const spentByB = admitted;
     // Redis restarts empty while b is stalled; a comes back. The log is gone: b's reports are the only
     // record of what it spent, and whoever claims the shard blind must wait for them.
     b.rounds(false);
@@ -261,13 +264,17 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const quiet = Date.now() + 60 * ROUND_MS;
     while (Date.now() < quiet) {
       if ((await a.node.acquire(key, plan)).admitted) admitted++;
-      await sleep(2);
+      await sleep(2); // fixed: pacing over the 60 quiet rounds
     }
     b.rounds(true);
-    await sleep(20 * ROUND_MS);
+    // (The owner as c, never stalled, sees the table, and that member agrees: a stalled one's view is stale.)
+    await until(() => {
+      const owner = members.find((m) => m.nodeId === members[2]!.bus.owners()[shard]?.owner);
+      return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByB;
+    }, 'b’s reports to reach the shard’s owner', 5000);
     for (let i = 0; i < 400; i++) {
       if ((await a.node.acquire(key, plan)).admitted) admitted++;
-      await sleep(1);
+      await sleep(1); // fixed: pacing, so rounds run between the requests
     }
     expect(placeOf(key).windowId, 'every admission in the one window').to.equal(windowId);
     expect(admitted).to.be.at.most(LIMIT);
@@ -295,15 +302,16 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const spend = Date.now() + 3000;
     while (Date.now() < spend && admitted < 900) {
       if ((await c.node.acquire(key, plan)).admitted) admitted++;
-      else await sleep(2);
+      else await sleep(2); // fixed: pacing while a top-up is out
     }
     expect(admitted).to.be.above(600);
+    const spentByC = admitted;
     // c stalls; b too for a moment; Redis is down for longer than a lease and comes back empty. a's
     // first round after that claims every shard blind, the next hands b's back to b.
     c.rounds(false);
     b.rounds(false);
     ctx.redis.pause();
-    await sleep(12 * ROUND_MS);
+    await sleep(12 * ROUND_MS); // fixed: the outage must outlast a lease (10 rounds)
     await ctx.redis.restart({ empty: true });
     await until(() => a.bus.owners().filter((o) => o?.owner === 'a').length === SHARDS, 'a to claim every shard', 5000);
     b.rounds(true);
@@ -313,13 +321,17 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const quiet = Date.now() + 60 * ROUND_MS;
     while (Date.now() < quiet) {
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
-      await sleep(2);
+      await sleep(2); // fixed: pacing over the 60 quiet rounds
     }
     c.rounds(true);
-    await sleep(20 * ROUND_MS);
+    // (The owner as a, never stalled, sees the table, and that member agrees: a stalled one's view is stale.)
+    await until(() => {
+      const owner = fleet.find((m) => m.nodeId === a.bus.owners()[shard]?.owner);
+      return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByC;
+    }, 'c’s reports to reach the shard’s owner', 5000);
     for (let i = 0; i < 400; i++) {
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
-      await sleep(1);
+      await sleep(1); // fixed: pacing, so rounds run between the requests
     }
     expect(placeOf(key).windowId, 'every admission in the one window').to.equal(windowId);
     expect(admitted).to.be.at.most(LIMIT);

@@ -133,7 +133,7 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
     const keys = await raw.keys(`${prefix}:*`);
     await raw.del(...keys);
     expect((await health()).ok).to.equal(false); // no stored policy
-    await new Promise((r) => setTimeout(r, 5)); // a later `at` than version 2's, even on a coarse clock
+    await new Promise((r) => setTimeout(r, 5)); // fixed: the clock must move on, for a later `at` than version 2's
     expect((await putPolicy(free(2), 'restore after data loss')).body.version).to.equal(1);
     await until(() => freeBurst(limiter) === 2, 'the node to take the new version 1', 3000);
     expect(logs.text()).to.include('policy store was reset');

@@ -13,7 +13,7 @@ export async function statusAfterRetries(url: string, key: string): Promise<numb
       await res.body?.cancel();
       const wait = res.headers.get('x-ratelimit-reset-ms');
       if (res.status !== 429 || res.headers.get('retry-after') !== '0' || wait === null || Date.now() > end) return res.status;
-      await new Promise((r) => setTimeout(r, Number(wait)));
+      await new Promise((r) => setTimeout(r, Number(wait))); // the wait the server asked for, as a client would
     } catch {
       return 0;
     }

@@ -15,6 +15,7 @@ import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-l
 import type { RateLimiterOptions } from '../../middleware/options.js';
 import { demoPolicy, TEST_KEY_HASH } from './fixtures.js';
 import { captureLogger } from './logs.js';
+import { waitFor } from './wait.js';
 
 export const BUS_SECRET = { versions: [{ version: 'b1', secret: 'integration-bus-secret' }] };
 /** What the admin side signs the policy store with: the bus secret, as the limiters' default `policySecret`. */
@@ -71,13 +72,9 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
   };
 }
 
-/** Polls `check` every 10 ms until it holds; throws with `what` after `ms`. */
-export async function until(check: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/** Polls `check` every 10 ms until it holds; throws with `what` after `ms` (`waitFor`, positionally). */
+export function until(check: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
+  return waitFor(check, { what, timeoutMs: ms });
 }
 
 /** A plan of one window: `limit` per `windowMs`. */

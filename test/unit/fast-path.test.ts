@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { FastPath, type FastPathStats } from '../../bus/fast-path.js';
 import type { CreditRequest, Grant, OwnerMessage } from '../../lib/protocol/messages.js';
+import { waitFor } from '../support/wait.js';
 
 const EPOCH = 'e1';
 
@@ -82,7 +83,7 @@ describe('FastPath deadline', () => {
       expect(performance.now() - start, 'settled about when the deadline passed').to.be.lessThan(500);
       expect(t.stats.fastPathTimeouts).to.equal(1);
       t.reply();
-      await new Promise((r) => setTimeout(r, 20));
+      await waitFor(() => t.delivered.length > 0, { what: 'the late answer to be read', timeoutMs: 2000 });
       expect(t.delivered, 'the late grant is applied all the same').to.have.length(1);
       expect(t.stats.answersLate).to.equal(1);
     } finally {

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { systemClock } from '../../lib/clock.js';
 import { LoopStalls } from '../../bus/loop-stall.js';
+import { waitFor } from '../support/wait.js';
 
 function block(ms: number): void {
   const end = performance.now() + ms;
@@ -9,20 +10,22 @@ function block(ms: number): void {
   }
 }
 
+// The sleeps here are fixed on purpose: the monitor measures elapsed time, so each lets a known span
+// pass with the loop free (it exposes no tick count a test could wait on).
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('LoopStalls', () => {
   let loop: LoopStalls;
   beforeEach(async () => {
     loop = new LoopStalls(systemClock).start();
-    await sleep(30); // a few ticks in
+    await sleep(30); // fixed: a few 10 ms ticks in, so the monitor is armed and steady
   });
   afterEach(() => loop.stop());
 
   it('counts a running loop as awake: only its stalls are taken off', async () => {
     const since = performance.now();
     const stalled = loop.stalledMs;
-    await sleep(60);
+    await sleep(60); // fixed: a span of running loop to measure
     const awake = loop.awakeSince(since);
     const elapsed = performance.now() - since;
     expect(awake).to.be.at.most(elapsed);
@@ -34,7 +37,7 @@ describe('LoopStalls', () => {
     const since = performance.now();
     block(120);
     expect(loop.awakeSince(since), 'during the stall (the tick is overdue)').to.be.lessThan(30);
-    await sleep(30);
+    await sleep(30); // fixed: 30 ms awake after the stall, the figure asserted below
     const after = loop.awakeSince(since);
     expect(after, 'after it: the 30 ms since, not the 120 ms stall').to.be.lessThan(80);
     expect(loop.stalledMs).to.be.greaterThan(100);
@@ -43,17 +46,18 @@ describe('LoopStalls', () => {
   it('counts only the part of a stall after `since`', async () => {
     block(100);
     const since = performance.now() - 40; // inside the stall, 40 ms before its end
-    await sleep(40);
+    await sleep(40); // fixed: 40 ms awake after the stall, the figure asserted below
     const awake = loop.awakeSince(since);
     expect(awake).to.be.greaterThan(25);
     expect(awake).to.be.lessThan(75);
   });
 
   it('reports the worst lateness since the last read, then starts over', async () => {
+    const stalled = loop.stalledMs;
     block(60);
-    await sleep(20);
+    await waitFor(() => loop.stalledMs > stalled, { what: 'the overdue tick to record the stall', timeoutMs: 2000, intervalMs: 1 });
     expect(loop.takeWorstLag()).to.be.greaterThan(40);
-    await sleep(40);
+    await sleep(40); // fixed: a few on-time ticks, to show the worst lag starts over
     expect(loop.takeWorstLag()).to.be.lessThan(40);
   });
 

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { createServer, connect, type AddressInfo, type Server } from 'node:net';
 import { EnvelopeCodec, type PeerAddress } from '../../bus/codec.js';
 import { PeerLink } from '../../bus/peer-link.js';
+import { waitFor } from '../support/wait.js';
 
 const codec = new EnvelopeCodec([{ version: 'b1', secret: 'peer-link-secret-0123' }]);
 
@@ -20,13 +21,7 @@ function link(): { link: PeerLink; frames: string[]; problems: string[] } {
   return { link: l, frames, problems };
 }
 
-async function until(check: () => boolean, what: string): Promise<void> {
-  const end = Date.now() + 3000;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const until = (check: () => boolean, what: string): Promise<void> => waitFor(check, { what, timeoutMs: 3000, intervalMs: 5 });
 
 /** Sends until the link takes the frame (the first sends only open the connection). */
 async function sendWhenUp(l: PeerLink, to: PeerAddress, frame: string): Promise<void> {
@@ -62,7 +57,7 @@ describe('PeerLink: the fast path’s direct channel', () => {
     await until(() => client.problems.length > 0, 'the greeting to be refused');
     expect(client.problems[0]).to.match(/is not node owner \(process e1\)/);
     expect(client.link.send(meant, 'ask')).to.equal(false);
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 50)); // fixed: proves no frame reaches the impostor within it
     expect(impostor.frames).to.deep.equal([]);
   });
 
@@ -111,11 +106,11 @@ describe('PeerLink: the fast path’s direct channel', () => {
     await sendWhenUp(client.link, to, 'ask-0');
     // Many asks out at once are no sign of a dead path: only silence is.
     for (let i = 1; i <= 100; i++) expect(client.link.send(to, `ask-${i}`)).to.equal(true);
-    await new Promise((r) => setTimeout(r, 3100));
+    await new Promise((r) => setTimeout(r, 3100)); // fixed: the 3 s of silence is the point, and only a send checks it
     expect(client.link.send(to, 'ask-late')).to.equal(false);
     expect(client.problems[0]).to.match(/nothing from .* with asks out/);
     expect(client.link.connected(to)).to.equal(false);
-    await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 20)); // fixed: time for a wrongly written ask-late to arrive
     expect(received.join('')).to.include('ask-100').and.not.include('ask-late');
   });
 
