@@ -1,7 +1,7 @@
 import { EnvelopeCodec, EnvelopeError, type Bodies, type RejectReason } from './codec.js';
 import { processName } from './keys.js';
 import type { Owned, OwnerContext } from './owner-context.js';
-import { scripts, type StreamEntries } from './scripts.js';
+import { fenceScript, type StreamEntries } from './scripts.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
 /**
@@ -41,18 +41,18 @@ export class LogFence {
 
   /**
    * Raises the fence of a shard's log (`lua/fence.lua`) under `o`'s epoch, reading the log in the same
-   * step when `read`. Returns the log and whether the fence it replaced was a settled one sealed with
-   * the bus secret, or else the epoch of the genuine fence that stands. What stands is judged by its
-   * seal: a fence whose seal does not verify was written without the bus secret, and one whose plain
-   * fields differ from its seal was tampered with; either is counted. One whose seal does not stand
-   * against us is replaced by ours; one whose seal does is put back as sealed, and stands.
+   * step when `read` is `log` (else the log returned is empty). Returns the log and whether the fence
+   * it replaced was a settled one sealed with the bus secret, or else the epoch of the genuine fence
+   * that stands. What stands is judged by its seal: a fence whose seal does not verify was written
+   * without the bus secret, and one whose plain fields differ from its seal was tampered with; either
+   * is counted. One whose seal does not stand against us is replaced by ours; one whose seal does is
+   * put back as sealed, and stands.
    */
-  async raise(shard: number, o: Owned, read: boolean): Promise<{ log: StreamEntries; settled: boolean } | number> {
+  async raise(shard: number, o: Owned, { read }: { read: 'log' | 'nothing' }): Promise<{ log: StreamEntries; settled: boolean } | number> {
     const { ctx } = this;
     const epoch = o.epoch;
     const { nodeId, nodeEpoch } = ctx.identity()!;
-    const raise = (e: number, holder: string, seal: string, found: string) =>
-      scripts(ctx.redis).frlFence(ctx.keys.shard(shard, 'fence'), ctx.keys.shard(shard, 'log'), String(e), holder, seal, found, read ? '1' : '0');
+    const raise = (e: number, holder: string, seal: string, found: string) => fenceScript(ctx.redis, ctx.keys, shard, { epoch: e, holder, seal, found, read });
     const mine = EnvelopeCodec.toJson(ctx.codec.seal('fence', { shard, epoch, nodeId, nodeEpoch }));
     for (let found = '', tries = 0; tries < 3; tries++) {
       const reply = await raise(epoch, this.process, mine, found);
@@ -96,8 +96,7 @@ export class LogFence {
     o.state = 'ready';
     const { nodeId, nodeEpoch } = ctx.identity()!;
     const seal = EnvelopeCodec.toJson(ctx.codec.seal('fence', { shard, epoch: o.epoch, nodeId, nodeEpoch, settled: true }));
-    scripts(ctx.redis)
-      .frlFence(ctx.keys.shard(shard, 'fence'), ctx.keys.shard(shard, 'log'), String(o.epoch), this.process, seal, o.seal ?? '', '0')
+    fenceScript(ctx.redis, ctx.keys, shard, { epoch: o.epoch, holder: this.process, seal, found: o.seal ?? '', read: 'nothing' })
       .then((reply) => {
         if (reply[0] === 1) o.seal = seal;
       })
@@ -126,7 +125,7 @@ export class LogFence {
   async stands(shard: number, o: Owned): Promise<boolean> {
     const epoch = o.epoch;
     if (this.ctx.owned.get(shard) !== o) return false;
-    const raised = await this.raise(shard, o, false);
+    const raised = await this.raise(shard, o, { read: 'nothing' });
     if (typeof raised !== 'number') return this.ctx.owned.get(shard) === o;
     if (o.epoch === epoch) this.standDown(shard, raised, o);
     return false;

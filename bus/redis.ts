@@ -17,7 +17,7 @@ import type { Owned, OwnerContext } from './owner-context.js';
 import { connect, type RedisClient } from './redis-connection.js';
 import type { RedisConnectionOptions } from './redis-options.js';
 import { rendezvousOwner } from './rendezvous.js';
-import { defineControlScripts, defineGrantScript, scripts, type RoundReply } from './scripts.js';
+import { defineControlScripts, defineGrantScript, roundScript, type RoundReply } from './scripts.js';
 import { ShardLog } from './shard-log.js';
 import { ShardReader } from './shard-reader.js';
 import { Takeover } from './takeover.js';
@@ -347,22 +347,17 @@ export class RedisBus implements Bus {
     const leave = membership === 'leave';
     const sent = this.clock.monotonic();
     const statement = this.beats.seal(this.nodeBeat, this.identity!, leave);
-    const res = (await scripts(this.redis).frlRound(
-      this.keys.ctl('members'),
-      this.keys.ctl('epochs'),
-      this.keys.ctl('owners'),
-      this.keys.ctl('left'),
-      this.keys.ctl('beats'),
-      this.identity!.nodeId,
-      this.identity!.nodeEpoch,
-      String(LEASE_ROUNDS * this.opts.roundMs),
-      String(this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs),
-      wanted.join(','),
-      released.join(','),
-      leave ? '1' : '0',
-      String(this.fleet.highestEpoch),
+    const res = await roundScript(this.redis, this.keys, {
+      nodeId: this.identity!.nodeId,
+      nodeEpoch: this.identity!.nodeEpoch,
+      leaseMs: LEASE_ROUNDS * this.opts.roundMs,
+      memberExpiryMs: this.opts.degradedAfterMs + SILENT_ROUNDS * this.opts.roundMs,
+      wanted,
+      released,
+      membership,
+      highestEpoch: this.fleet.highestEpoch,
       statement,
-    )) as RoundReply;
+    });
     if (!leave && !this.closed) this.applyRound(sent, res);
   }
 

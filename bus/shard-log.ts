@@ -4,7 +4,7 @@ import { processName } from './keys.js';
 import type { LogFence } from './log-fence.js';
 import type { OwnerContext } from './owner-context.js';
 import type { RedisClient } from './redis-connection.js';
-import { flatFields, scripts } from './scripts.js';
+import { appendGrantsScript, flatFields, snapshotScript } from './scripts.js';
 
 /**
  * Writes to the shards' streams: the grants an owner issues and its checkpoints onto each shard's log
@@ -73,7 +73,7 @@ export class ShardLog {
   private appendGrants(shard: number, fields: EnvelopeFields, epoch: number, conn: RedisClient): Promise<boolean> {
     const { ctx } = this;
     const o = ctx.owned.get(shard);
-    const id = scripts(conn).frlAppendGrants(ctx.keys.shard(shard, 'log'), ctx.keys.shard(shard, 'fence'), String(epoch), this.process, this.maxLength, ...flatFields(fields));
+    const id = appendGrantsScript(conn, ctx.keys, shard, { epoch, process: this.process, maxLength: this.maxLength, fields });
     return this.written(id).then((ok) => {
       if (!ok && o !== undefined && ctx.owned.get(shard) === o) void this.fence.stands(shard, o).catch((err: unknown) => ctx.warn(err, 'reading the log fence failed'));
       return ok;
@@ -109,17 +109,8 @@ export class ShardLog {
     const { ctx } = this;
     const o = ctx.owned.get(shard);
     if (o === undefined || !ctx.serving(shard)) return;
-    const fields = flatFields(ctx.codec.seal('snapshot', { shard, entries: ctx.owner()!.snapshot(shard), epoch: o.epoch }));
-    const id = await scripts(ctx.redis).frlSnapshot(
-      ctx.keys.shard(shard, 'log'),
-      ctx.keys.shard(shard, 'reports'),
-      ctx.keys.shard(shard, 'fence'),
-      String(o.epoch),
-      this.process,
-      String(2 * ctx.opts.roundMs),
-      o.lastRead.split('-')[0]!,
-      ...fields,
-    );
+    const fields = ctx.codec.seal('snapshot', { shard, entries: ctx.owner()!.snapshot(shard), epoch: o.epoch });
+    const id = await snapshotScript(ctx.redis, ctx.keys, shard, { epoch: o.epoch, process: this.process, keepMs: 2 * ctx.opts.roundMs, lastRead: o.lastRead, fields });
     if (id) ctx.stats.snapshots++;
     else if ((await this.fence.clearForged(shard, o.epoch)) || (await this.fence.stands(shard, o))) o.dirty = true;
   }

@@ -28,7 +28,7 @@ export class Takeover {
       ctx.stats.takeovers++;
       await this.reader.ensureGroup(shard);
       // Fenced and read in one step: every grant an earlier owner can still have issued is in this log.
-      const raised = await this.fence.raise(shard, st, true);
+      const raised = await this.fence.raise(shard, st, { read: 'log' });
       if (!current()) return;
       if (typeof raised === 'number') return this.fence.standDown(shard, raised, st);
       // No settled fence before ours: Redis lost this shard's data (or it never had an owner). The log

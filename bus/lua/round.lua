@@ -16,8 +16,9 @@
 -- The owner epoch of a shard grows at every change of owner: max(previous + 1, now in ms, the
 -- highest epoch the claimant has seen + 1), so it keeps growing even if Redis lost the table (a
 -- restart without persistence), and even if Redis's clock went back meanwhile.
--- Nothing here can check a MAC: readers verify the statements (`RedisBus.applyRound`), and a node takes
--- a table entry naming its own process only under the epoch this very call gave it (the last list).
+-- Nothing here can check a MAC: readers verify the statements (`FleetTable.take`, through
+-- `BeatStatements.open`), and a node takes a table entry naming its own process only under the epoch
+-- this very call gave it (the last list).
 -- Returns { now, {id, lastSeen, nodeEpoch, beat, ...}, {shard, "owner|epoch|expiresAt", ...},
 --           {blind shard, ...}, {id, leftAt, leave statement, ...}, {shard, epoch, ...} }.
 local t = redis.call('TIME')

@@ -12,7 +12,7 @@
 -- Every entry an owner writes to the log carries its owner epoch in field `epoch` (and a signed copy
 -- inside its envelope). A writer that finds a higher epoch among the newest entries may have been
 -- deposed: it writes and trims nothing, so a stale owner can never delete what its successor wrote.
--- The script cannot check a MAC: the writer does (`RedisBus.clearForgedFences`), and deletes entries
+-- The script cannot check a MAC: the writer does (`LogFence.clearForged`), and deletes entries
 -- whose signed epoch is not their plain one. An epoch that is not a number fences nothing.
 -- Returns the snapshot's id, or false.
 local mine = tonumber(ARGV[1])
