@@ -24,6 +24,20 @@ export interface FastPathHooks {
   nodeEpoch(): string;
 }
 
+/** One request's asks: the grants it has already, and what else its answer waits for. */
+export interface AskOptions {
+  /** Grants already made in process. */
+  readonly local: Grant[];
+  /** Some request had no owner to ask: the whole ask then settles with nothing. */
+  readonly missed: boolean;
+  readonly deadlineMs: number;
+  /**
+   * Grants made in process whose log write is out: each settles with its grants once on record, with
+   * none if refused. They count like an owner's answer, deadline included.
+   */
+  readonly unrecorded?: ReadonlyArray<Promise<readonly Grant[]>>;
+}
+
 /** Fast-path asks to several owners for one request: settled when all answered or at the deadline. */
 interface AskGroup {
   remaining: number;
@@ -52,13 +66,21 @@ export class FastPath {
 
   constructor(private readonly hooks: FastPathHooks) {}
 
+  /** Asks `remote` owners (node id → requests) for credit, for one request (`AskOptions`). */
+  ask(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, request: AskOptions): Promise<readonly Grant[] | undefined> {
+    return this.start(nodeId, remote, request, 'ask');
+  }
+
   /**
-   * Asks `remote` owners (node id → requests) for credit; `local` holds grants already made in
-   * process, `unrecorded` those made in process whose log write is out (each settles with its grants
-   * once on record, with none if refused: they count like an owner's answer, deadline included),
-   * `missed` says some request had no owner to ask (the whole ask then settles with nothing).
+   * Warm-up asks to `remote` owners, before the node takes traffic: sent and settled like an ask, but
+   * not counted in the fast-path figures.
    */
-  ask(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, local: Grant[], missed: boolean, deadlineMs: number, unrecorded: ReadonlyArray<Promise<readonly Grant[]>> = [], probe = false): Promise<readonly Grant[] | undefined> {
+  probe(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, deadlineMs: number): Promise<readonly Grant[] | undefined> {
+    return this.start(nodeId, remote, { local: [], missed: false, deadlineMs }, 'probe');
+  }
+
+  private start(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, { local, missed, deadlineMs, unrecorded = [] }: AskOptions, kind: 'ask' | 'probe'): Promise<readonly Grant[] | undefined> {
+    const probe = kind === 'probe';
     return new Promise((resolve) => {
       const group: AskGroup = { remaining: remote.size + unrecorded.length, grants: local, missed, start: performance.now(), probe, done: false, resolve };
       for (const written of unrecorded) void written.then((grants) => this.recorded(group, grants));
@@ -86,7 +108,7 @@ export class FastPath {
           return;
         }
         if (!probe) stats.fastPathTimeouts++;
-        this.finish(group, false);
+        this.finish(group, 'unanswered');
       };
       group.timer = setTimeout(expire, deadlineMs);
     });
@@ -111,7 +133,7 @@ export class FastPath {
       if (m.type === 'grant' && m.nodeEpoch === epoch) group.grants.push(m);
       else this.hooks.deliver(m);
     }
-    if (--group.remaining === 0) this.finish(group, true);
+    if (--group.remaining === 0) this.finish(group, 'answered');
     return true;
   }
 
@@ -122,7 +144,7 @@ export class FastPath {
       return;
     }
     group.grants.push(...grants);
-    if (--group.remaining === 0) this.finish(group, true);
+    if (--group.remaining === 0) this.finish(group, 'answered');
   }
 
   /**
@@ -145,14 +167,15 @@ export class FastPath {
 
   /** Settles every open ask with nothing (the bus is closing). */
   close(): void {
-    for (const a of [...this.asks.values()]) this.finish(a, false);
+    for (const a of [...this.asks.values()]) this.finish(a, 'unanswered');
   }
 
-  private finish(group: AskGroup, answered: boolean): void {
+  /** Settles a group: with its grants if every ask was `answered` and none missed, else with nothing. */
+  private finish(group: AskGroup, how: 'answered' | 'unanswered'): void {
     if (group.done) return;
     group.done = true;
     clearTimeout(group.timer);
-    if (answered && !group.missed) group.resolve(group.grants);
+    if (how === 'answered' && !group.missed) group.resolve(group.grants);
     else {
       for (const g of group.grants) this.hooks.deliver(g);
       group.resolve(undefined);

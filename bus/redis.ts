@@ -526,7 +526,7 @@ export class RedisBus implements Bus {
       else list.push(r);
     }
     if (remote.size === 0 && unrecorded.length === 0) return missed ? this.apply(local) : local;
-    return this.fastPath.ask(this.identity!.nodeId, remote, local, missed, deadlineMs, unrecorded);
+    return this.fastPath.ask(this.identity!.nodeId, remote, { local, missed, deadlineMs, unrecorded });
   }
 
   /**
@@ -559,7 +559,7 @@ export class RedisBus implements Bus {
         owners.set(o.owner, [{ keyId: WARM_UP_KEY, windowId: w, windowMs: 1000, limit: 1, nodeId: this.identity!.nodeId, nodeEpoch: this.identity!.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true }]);
       }
       if (owners.size === 0) return;
-      await this.fastPath.ask(this.identity!.nodeId, owners, [], false, 20, [], true);
+      await this.fastPath.probe(this.identity!.nodeId, owners, 20);
     }
   }
 

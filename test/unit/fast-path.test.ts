@@ -63,7 +63,7 @@ describe('FastPath deadline', () => {
   it('an answer that arrived while this process was stalled counts: its own lag is not the owner’s', async () => {
     const t = await overSocket();
     try {
-      const answer = t.fp.ask('n', new Map([['owner', [request]]]), [], false, 1);
+      const answer = t.fp.ask('n', new Map([['owner', [request]]]), { local: [], missed: false, deadlineMs: 1 });
       t.reply(); // the owner answers at once
       block(20); // …but this loop only gets to read it long after the deadline
       const grants = await answer;
@@ -78,7 +78,7 @@ describe('FastPath deadline', () => {
     const t = await overSocket();
     try {
       const start = performance.now();
-      const grants = await t.fp.ask('n', new Map([['owner', [request]]]), [], false, 1);
+      const grants = await t.fp.ask('n', new Map([['owner', [request]]]), { local: [], missed: false, deadlineMs: 1 });
       expect(grants).to.equal(undefined);
       expect(performance.now() - start, 'settled about when the deadline passed').to.be.lessThan(500);
       expect(t.stats.fastPathTimeouts).to.equal(1);
@@ -97,8 +97,8 @@ describe('FastPath: grants made in process whose log write is out', () => {
     const t = await overSocket();
     try {
       const g = grant();
-      expect(await t.fp.ask('n', new Map(), [], false, 1000, [Promise.resolve([g])])).to.deep.equal([g]);
-      expect(await t.fp.ask('n', new Map(), [], false, 1000, [Promise.resolve([])])).to.deep.equal([]);
+      expect(await t.fp.ask('n', new Map(), { local: [], missed: false, deadlineMs: 1000, unrecorded: [Promise.resolve([g])] })).to.deep.equal([g]);
+      expect(await t.fp.ask('n', new Map(), { local: [], missed: false, deadlineMs: 1000, unrecorded: [Promise.resolve([])] })).to.deep.equal([]);
       expect(t.stats.fastPathTimeouts).to.equal(0);
     } finally {
       t.close();
@@ -110,7 +110,7 @@ describe('FastPath: grants made in process whose log write is out', () => {
     try {
       let written!: (grants: readonly Grant[]) => void;
       const out = new Promise<readonly Grant[]>((r) => (written = r));
-      expect(await t.fp.ask('n', new Map(), [], false, 1, [out])).to.equal(undefined);
+      expect(await t.fp.ask('n', new Map(), { local: [], missed: false, deadlineMs: 1, unrecorded: [out] })).to.equal(undefined);
       expect(t.stats.fastPathTimeouts).to.equal(1);
       expect(t.delivered).to.deep.equal([]);
       written([grant()]);
