@@ -1,6 +1,6 @@
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
 import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
-import type { RedisBusStats } from './redis.js';
+import type { RedisBusStats } from './redis-bus-types.js';
 import type { NodeIdentity } from './types.js';
 
 /** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
@@ -36,13 +36,14 @@ export class BeatStatements {
 
   /**
    * This node's heartbeat statement as the round script stores it: a sealed `beat` envelope (its last,
-   * with `left`, as it leaves). Its contact times (`NodeBeat.contact`, this process's monotonic time)
-   * in Redis ms, mapped through the last reply as if Redis had run it when the reply came back — which
-   * is never earlier than it did, so a stated time is never later than the contact was. Before any
-   * reply, nothing is known: everything is stated as heard at 0. Sealed, so that nobody without the
-   * bus secret can state a member's contact fresh, its self-grant folded, or its leave.
+   * with `left`, when `membership` is `leave`). Its contact times (`NodeBeat.contact`, this process's
+   * monotonic time) in Redis ms, mapped through the last reply as if Redis had run it when the reply
+   * came back — which is never earlier than it did, so a stated time is never later than the contact
+   * was. Before any reply, nothing is known: everything is stated as heard at 0. Sealed, so that
+   * nobody without the bus secret can state a member's contact fresh, its self-grant folded, or its
+   * leave.
    */
-  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, leave: boolean): string {
+  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, membership: 'stay' | 'leave'): string {
     const { replyGot } = this;
     const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
     const groups = new Map<number, number[]>();
@@ -53,7 +54,7 @@ export class BeatStatements {
       else g.push(s);
     }
     const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
-    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(leave ? { left: true } : {}) }));
+    return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
   }
 
   /**

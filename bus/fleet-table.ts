@@ -2,7 +2,7 @@ import type { Clock } from '../lib/clock.js';
 import { presentAt, seen as heardFrom, SILENT_ROUNDS, unsettled, withinReach, type Presence } from '../lib/membership.js';
 import { heartbeat, type BeatStatements } from './beats.js';
 import { parseOwnerEntry } from './keys.js';
-import type { RedisBusOptions } from './redis.js';
+import type { RedisBusOptions } from './redis-bus-types.js';
 import type { RoundReply } from './scripts.js';
 import type { NodeIdentity } from './types.js';
 

@@ -2,7 +2,7 @@ import type { Clock } from '../lib/clock.js';
 import type { Envelope, EnvelopeCodec } from './codec.js';
 import type { KeySchema } from './keys.js';
 import type { RedisClient } from './redis-connection.js';
-import type { RedisBusOptions, RedisBusStats } from './redis.js';
+import type { RedisBusOptions, RedisBusStats } from './redis-bus-types.js';
 import type { CreditOwner, NodeIdentity } from './types.js';
 
 /** A shard this node owns: replaying its log, settling after a blind takeover, or serving. */
@@ -36,9 +36,9 @@ export interface Owned {
 }
 
 /**
- * What the owner side's parts of the Redis bus (the shard log and its fence, the report reader, the
- * takeover) share with the bus: its settings and connections, and the shards it owns. Getters for
- * what the bus learns later (its identity, its owner) or changes (closed).
+ * What the parts of the Redis bus (the shard log and its fence, the report reader, the takeover, the
+ * round loop, the fast path's asks) share with the bus: its settings and connections, and the shards
+ * it owns. Getters for what the bus learns later (its identity, its owner) or changes (closed).
  */
 export interface OwnerContext {
   readonly opts: RedisBusOptions;

@@ -21,7 +21,7 @@ export class Takeover {
    * behind the last snapshot, claim the previous owner's pending entries, then serve. After a blind
    * takeover (Redis lost the table, so maybe the log) fold reports for a few rounds before issuing.
    */
-  async start(shard: number, st: Owned, blind: boolean): Promise<void> {
+  async start(shard: number, st: Owned, { blind }: { blind: boolean }): Promise<void> {
     const { ctx } = this;
     const current = (): boolean => ctx.owned.get(shard) === st && !ctx.closed();
     try {

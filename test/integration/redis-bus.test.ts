@@ -153,7 +153,7 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const plan = limits(100);
     // b in reach as a judges it (on a busy machine a round of either may run late).
     const shard = placeOf(keyId).shard;
-    await until(() => (a.bus as unknown as { reachable(s: number): boolean }).reachable(shard), 'b to be in reach');
+    await until(() => (a.bus as unknown as { reach: { reachable(s: number): boolean } }).reach.reachable(shard), 'b to be in reach');
     const five = await Promise.all([1, 2, 3, 4, 5].map(() => a.node.acquire(keyId, plan)));
     // One ask: the first sight of a key new to this node asks for what it needs, and the four that
     // arrive meanwhile share the answer (a second ask would outlast the deadline); those it does not
