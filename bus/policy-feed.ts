@@ -1,8 +1,7 @@
 import type { Logger } from '../lib/logger.js';
 import { compilePolicy, type CompiledPolicy } from '../lib/policy.js';
 import { PolicyStore } from './policy-store.js';
-import { connect } from './redis-connection.js';
-import type { RedisConnectionOptions } from './redis-options.js';
+import type { SharedRedis } from './channels.js';
 import { StoreRecordError, type SignedKind, type StoreRejectReason, type StoreSigner } from './store-signature.js';
 
 /** A stored policy version as a node holds it: its number and when the admin API stored it. */
@@ -31,8 +30,6 @@ export interface PolicyFeedTarget {
  * failure is counted and logged.
  */
 export class PolicyFeed {
-  private readonly redis;
-  private readonly sub;
   private readonly store: PolicyStore;
   private readonly timer: NodeJS.Timeout;
   private closed = false;
@@ -46,18 +43,16 @@ export class PolicyFeed {
   readonly rejected: Record<StoreRejectReason, number> = { unsigned: 0, secret: 0, mac: 0, malformed: 0, replay: 0 };
 
   constructor(
-    opts: RedisConnectionOptions,
+    redis: SharedRedis,
+    prefix: string | undefined,
     signer: StoreSigner,
     private readonly target: PolicyFeedTarget,
     private readonly logger?: Logger,
     pollMs = 5000,
   ) {
-    this.redis = connect(opts, { commandTimeout: 2000 });
-    this.sub = connect(opts, {});
-    for (const c of [this.redis, this.sub]) c.on('error', () => undefined); // reported through load() failures
-    this.store = new PolicyStore(this.redis, signer, opts.prefix);
-    this.sub.on('message', () => void this.load());
-    void this.sub.subscribe(this.store.channel).catch(() => undefined);
+    this.store = new PolicyStore(redis.command, signer, prefix);
+    // A failed subscription is made up for by the poll; errors are reported through load() failures.
+    redis.subscribe(this.store.channel, () => void this.load()).catch(() => undefined);
     this.timer = setInterval(() => void this.load(), pollMs);
     this.timer.unref();
     void this.load();
@@ -127,10 +122,9 @@ export class PolicyFeed {
     this.logger?.warn({ err }, msg);
   }
 
-  async close(): Promise<void> {
+  /** Stops polling; the connections are the bus's, closed with it. */
+  close(): void {
     this.closed = true;
     clearInterval(this.timer);
-    this.sub.disconnect();
-    await this.redis.quit().catch(() => this.redis.disconnect());
   }
 }

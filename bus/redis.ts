@@ -22,6 +22,7 @@ import { ShardReach } from './shard-reach.js';
 import { ShardReader } from './shard-reader.js';
 import { Takeover } from './takeover.js';
 import type { Bus, BusCounters, CreditOwner, NodeIdentity } from './types.js';
+import { Channels, type SharedRedis } from './channels.js';
 
 export type { RedisBusOptions, RedisBusStats };
 
@@ -63,6 +64,9 @@ export class RedisBus implements Bus {
   private readonly warned = new Map<string, number>();
   private closed = false;
   private readonly readerDone: Promise<void>;
+  private readonly channels: Channels;
+  /** For the limiter's event log and policy feed: this bus's command connection and subscriber. */
+  readonly shared: SharedRedis;
 
   constructor(private readonly opts: RedisBusOptions) {
     this.codec = new EnvelopeCodec(opts.busSecret.versions, opts.busSecret.current);
@@ -78,7 +82,8 @@ export class RedisBus implements Bus {
     this.fast = connect(opts, { commandTimeout: 2000 });
     for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
-    this.sub.on('message', (_channel: string, message: string) => this.asks.onChannel(message));
+    this.channels = new Channels(this.sub);
+    this.shared = { command: this.redis, subscribe: (channel, onMessage) => this.channels.subscribe(channel, onMessage) };
     const ctx: OwnerContext = {
       opts,
       clock: this.clock,
@@ -137,7 +142,7 @@ export class RedisBus implements Bus {
     this.identity = node;
     this.deliver = onMessage;
     this.onOwnersChanged = onOwnersChanged;
-    void this.sub.subscribe(this.keys.channel(node.nodeId)).catch((err: Error) => this.warn(err, 'subscribe failed'));
+    this.channels.subscribe(this.keys.channel(node.nodeId), (message) => this.asks.onChannel(message)).catch((err: Error) => this.warn(err, 'subscribe failed'));
     this.direct?.listen(node);
     return {
       requestCredit: (requests, deadlineMs) => this.asks.requestCredit(requests, deadlineMs),

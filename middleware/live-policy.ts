@@ -1,5 +1,6 @@
 import type { Logger } from '../lib/logger.js';
 import { PolicyFeed, type StoredVersion } from '../bus/policy-feed.js';
+import type { SharedRedis } from '../bus/channels.js';
 import type { RedisConnectionOptions } from '../bus/redis-options.js';
 import { StoreSigner } from '../bus/store-signature.js';
 import type { CompiledPolicy } from '../lib/policy.js';
@@ -16,11 +17,12 @@ export interface LiveState {
  * over the one the node started with (that is only the bootstrap), then only a newer stored version
  * replaces it.
  */
-export function followStore(redis: RedisConnectionOptions, state: LiveState, logger: Logger): PolicyFeed {
+export function followStore(redis: RedisConnectionOptions, shared: SharedRedis, state: LiveState, logger: Logger): PolicyFeed {
   let stored: StoredVersion | undefined;
   const secret = redis.policySecret ?? redis.busSecret;
   return new PolicyFeed(
-    redis,
+    shared,
+    redis.prefix,
     new StoreSigner(secret.versions, secret.current),
     {
       inForce: () => stored,

@@ -5,7 +5,6 @@ import type { NodeStatus } from '../bus/keys.js';
 import { LoopStalls } from '../bus/loop-stall.js';
 import { joinFleet } from '../bus/member.js';
 import type { PolicyFeed } from '../bus/policy-feed.js';
-import { connect } from '../bus/redis-connection.js';
 import { RedisBus } from '../bus/redis.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
@@ -42,7 +41,6 @@ export class Runtime {
   readonly loop: LoopStalls;
   private readonly local: LocalCounters | undefined;
   private readonly ownBus: boolean;
-  private readonly eventsRedis: ReturnType<typeof connect> | undefined;
   private readonly timers: NodeJS.Timeout[] = [];
   private sweepAt = 0;
   private closing: Promise<void> | undefined;
@@ -55,9 +53,11 @@ export class Runtime {
     const clock = cfg.clock;
     this.loop = LoopStalls.started(clock);
     this.ownBus = cfg.bus === undefined;
+    let redisBus: RedisBus | undefined;
     try {
       // A fleet of one (no Redis, no bus given) decides against counts of its own: nothing to lease.
-      this.bus = cfg.bus ?? (cfg.redis !== undefined ? new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop }) : undefined);
+      redisBus = cfg.redis === undefined ? undefined : new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop });
+      this.bus = cfg.bus ?? redisBus;
     } catch (err) {
       // ioredis missing, say: nothing may be left running.
       this.loop.stop();
@@ -70,11 +70,11 @@ export class Runtime {
     this.node = fleet?.node ?? this.local!;
     this.owner = fleet?.owner;
     this.quota = new QuotaReader(fleet === undefined ? this.local! : fleetQuota(fleet.node, fleet.owner), clock);
-    this.eventsRedis = cfg.redis === undefined ? undefined : connect(cfg.redis, { commandTimeout: 2000 });
-    this.eventsRedis?.on('error', () => undefined); // a lost write is counted in events.stats.droppedWrite
-    this.events = this.eventsRedis === undefined ? undefined : new EventLog(this.eventsRedis, cfg.redis!.prefix, { ...cfg.redis!.events, clock, logger });
+    // The event log and the policy feed use the bus's command connection and subscriber.
+    const shared = redisBus?.shared;
+    this.events = shared === undefined ? undefined : new EventLog(shared.command, cfg.redis!.prefix, { ...cfg.redis!.events, clock, logger });
     // With Redis, the live policy and the kill switch come from the store (P4).
-    this.feed = cfg.redis === undefined ? undefined : followStore(cfg.redis, state, logger);
+    this.feed = shared === undefined ? undefined : followStore(cfg.redis!, shared, state, logger);
     const events = this.events;
     if (events !== undefined) this.every(250, () => void events.flush());
     this.every(cfg.roundMs, () => this.round());
@@ -96,9 +96,8 @@ export class Runtime {
     this.closing ??= (async () => {
       for (const t of this.timers) clearInterval(t);
       this.loop.stop();
-      await this.feed?.close();
+      this.feed?.close();
       await this.events?.flush(true);
-      await this.eventsRedis?.quit().catch(() => this.eventsRedis?.disconnect());
       if (this.ownBus) await this.bus?.close();
     })();
     return this.closing;

@@ -7,7 +7,8 @@ import { checkRedis } from '../../bus/redis-connection.js';
 import { RedisBus } from '../../bus/redis.js';
 import { freePort } from '../../scripts/free-port.js';
 import { startRedis, startRedisCluster, type RedisProcess } from '../../scripts/redis-server.js';
-import { BUS_SECRET, joinRedisFleet, ROUND_MS, SHARDS, until } from '../support/redis-members.js';
+import { PolicyStore } from '../../bus/policy-store.js';
+import { BUS_SECRET, joinRedisFleet, POLICY_SIGNER, redisLimiter, ROUND_MS, SHARDS, until } from '../support/redis-members.js';
 
 /** A throwaway CA and a server certificate for 127.0.0.1, or undefined without openssl. */
 function certificates(dir: string): { ca: string; cert: string; key: string } | undefined {
@@ -58,6 +59,34 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     // Fixed: proves ready() does not settle within half a second (there is nothing to wait for).
     const outcome = await Promise.race([wrong.ready().then(() => 'ready'), new Promise((r) => setTimeout(() => r('not ready'), 500))]);
     expect(outcome).to.equal('not ready');
+  });
+
+  it('a limiter holds four connections: its event log and policy feed share the bus’s, one subscriber serves both channels', async () => {
+    const redis = await startRedis();
+    started.push(redis);
+    const admin = new (await import('ioredis')).Redis(redis.url);
+    stops.push(async () => void admin.disconnect());
+    const limiter = redisLimiter(redis.url, 'conn', 'conn-node', 'conn-key', { shards: SHARDS });
+    stops.push(() => limiter.close());
+    await limiter.ready();
+    const own = Number(await admin.call('CLIENT', 'ID'));
+    const clients = async (): Promise<Array<{ id: number; sub: number }>> =>
+      String(await admin.call('CLIENT', 'LIST'))
+        .trim()
+        .split('\n')
+        .map((line) => ({ id: Number(/\bid=(\d+)/.exec(line)?.[1]), sub: Number(/\bsub=(\d+)/.exec(line)?.[1]) }))
+        .filter((c) => c.id !== own);
+    // The bus's command, blocking-read, subscriber and fast-path connections; nothing else.
+    await until(async () => (await clients()).some((c) => c.sub === 2), 'one connection subscribed to the node’s and the policy channel', 5000);
+    const list = await clients();
+    expect(list, JSON.stringify(list)).to.have.length(4);
+    expect(list.filter((c) => c.sub > 0), JSON.stringify(list)).to.have.length(1);
+    // The shared subscriber hands each channel its own messages: a kill switch still reaches the node.
+    const store = new PolicyStore(admin, POLICY_SIGNER, 'conn');
+    await store.setSwitch(false, 'test', 'shared subscriber check');
+    await until(() => !limiter.enforcing, 'the kill switch to reach the limiter', 5000);
+    await limiter.close();
+    expect(await clients()).to.deep.equal([]);
   });
 
   it('connects over TLS (rediss://) to a server with a private CA', async function () {
