@@ -1,0 +1,76 @@
+import { leaseFor, type LedgerStore } from '../ledger-store.js';
+import type { LogEntry } from '../protocol/log.js';
+import type { Report } from '../protocol/messages.js';
+import type { Issuer } from './issuer.js';
+import { committed, held } from './ledger-sums.js';
+import type { NodeReports } from './node-reports.js';
+
+/**
+ * Rebuilds ledgers from a shard's retained log, as a restarted or new owner must before it serves:
+ * grants restore what was issued (cumulative, so order and duplicates do not matter), reports what
+ * was spent, self-granted and released. Credit issued before a crash is never issued twice.
+ */
+export function replayLog(ledgers: LedgerStore, reports: NodeReports, entries: readonly LogEntry[]): void {
+  for (const e of entries) {
+    if (e.kind === 'report') {
+      for (const r of e.batch.reports) {
+        const l = ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+        const lease = leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
+        // Counts are cumulative: even a report no newer than what is known adds what it knows. A
+        // replayed report (a snapshot's, written from this owner's side) proves nothing about what
+        // the node applied: `reported` stays as it was.
+        const reported = lease.reported;
+        const merged = reports.merge(e.batch.nodeId, lease, r);
+        lease.reported = reported;
+        if (!merged) {
+          lease.issued = Math.max(lease.issued, r.issued);
+          reports.absorb(e.batch.nodeId, lease, r, r.selfGrant);
+        }
+      }
+      continue;
+    }
+    const g = e.grant;
+    const l = ledgers.find(g.keyId, g.windowMs, g.windowId) ?? ledgers.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
+    const lease = leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
+    lease.issued = Math.max(lease.issued, g.issued);
+    lease.floated = Math.max(lease.floated, g.floated ?? 0);
+    lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
+    // Until a report or request states the allowance, nothing more is issued for this window.
+    l.allowance = Math.max(l.allowance, committed(l));
+  }
+}
+
+/**
+ * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease): what a
+ * later owner replays instead of the whole log behind it. `replayLog` of it restores them. It
+ * visits that shard's ledgers only (`LedgerStore.inShard`).
+ */
+export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, shard: number): LogEntry[] {
+  const entries: LogEntry[] = [];
+  const batches = new Map<string, { nodeId: string; nodeEpoch: string; reports: Report[] }>();
+  for (const l of ledgers.inShard(shard)) {
+    for (const lease of l.leases) {
+      if (lease.grantSeq > 0) entries.push({ kind: 'grant', grant: issuer.restate(l, lease) });
+      const key = `${lease.nodeId}|${lease.nodeEpoch}`;
+      let b = batches.get(key);
+      if (b === undefined) batches.set(key, (b = { nodeId: lease.nodeId, nodeEpoch: lease.nodeEpoch, reports: [] }));
+      b.reports.push({
+        keyId: l.keyId,
+        windowId: l.windowId,
+        windowMs: l.windowMs,
+        limit: l.allowance,
+        lease: lease.lease,
+        seq: lease.seq,
+        spent: lease.spent,
+        issued: lease.issued,
+        selfIssued: lease.selfIssued,
+        released: lease.released,
+        demand: lease.demand,
+        held: Math.max(0, held(lease)),
+        selfGrant: lease.selfIssued > 0,
+      });
+    }
+  }
+  for (const b of batches.values()) entries.push({ kind: 'report', batch: { shard, round: 0, ...b } });
+  return entries;
+}

@@ -1,0 +1,141 @@
+import { FLOAT_PREFIX, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
+import type { Grant } from '../protocol/messages.js';
+import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
+import type { Issuer } from './issuer.js';
+import { directOf } from './ledger-sums.js';
+import type { CreditPool } from './pool.js';
+
+/** Refills a float waits for its log write before writing its grant again. */
+const RELOG_ROUNDS = 4;
+
+/** A float holds at least this much (while the window has it), and at most a quarter of the allowance (at least 1). */
+const FLOAT_MIN = 2;
+
+/**
+ * The owner's floats — credit it logs as issued to itself, so an ask the float covers is answered
+ * without waiting for a log write — and what it knows of its grants' log writes: which windows want
+ * a float, their refills, and which grants are on record.
+ */
+export class Floats {
+  /** Ledgers whose window had remote asks, while floats are on (the first `refillFloats`). */
+  private readonly floatWanted = new Set<Ledger>();
+  private turnedOn = false;
+
+  constructor(
+    private readonly cfg: FoldOwnerConfig,
+    private readonly ledgers: LedgerStore,
+    private readonly pool: CreditPool,
+    private readonly issuer: Issuer,
+    private readonly stats: FoldOwnerStats,
+  ) {}
+
+  /** Whether floats are on: `refillFloats` was called once. */
+  get on(): boolean {
+    return this.turnedOn;
+  }
+
+  /** Puts `l` on the list of windows `refillFloats` tops up. */
+  markWanted(l: Ledger): void {
+    this.floatWanted.add(l);
+  }
+
+  /**
+   * Tops up the floats of windows that had remote asks lately (and of the next window of each, in
+   * its last two rounds, as of one a node reported ahead for a key it will ask for), on shards
+   * `serving` says are this owner's: the grants to log. A float's credit counts as issued from the
+   * moment it is made, so a later owner replaying the log never issues it again; it is usable only
+   * once `logged` says its grant is on record. Sized to twice the most credit asks wanted between
+   * two refills, at least FLOAT_MIN, at most a quarter of the allowance (at least 1), from the pool
+   * without the reserve. The first call turns floats on.
+   */
+  refillFloats(serving: (shard: number) => boolean): Grant[] {
+    const holder = this.cfg.floatHolder;
+    if (holder === undefined) return [];
+    this.turnedOn = true;
+    const now = this.cfg.clock.now();
+    const out: Grant[] = [];
+    for (const l of this.floatWanted) {
+      const shard = l.shard;
+      if (l.windowEnd <= now) {
+        this.floatWanted.delete(l);
+        continue;
+      }
+      // Not served now (a lost shard, or Redis briefly out of reach): kept, so a float whose write is
+      // still out is written again once it is.
+      if (!serving(shard)) continue;
+      const asked = l.asks > 0;
+      l.askPeak = Math.max(l.askPeak, l.asks);
+      l.asks = 0;
+      if (l.asked && l.windowEnd - now <= 2 * this.cfg.roundMs && serving(this.cfg.shardOf(l.keyId, l.windowId + 1))) {
+        // Visited later in this loop (a Set iterates what is added while it runs).
+        const next = this.ledgers.find(l.keyId, l.windowMs, l.windowId + 1) ?? this.ledgers.ledgerFor(l.keyId, l.windowId + 1, l.windowMs, l.allowance);
+        next.askPeak = Math.max(next.askPeak, l.askPeak);
+        this.floatWanted.add(next);
+      }
+      const f = this.floatOf(l, holder, shard);
+      // Credit not yet on record counts: a refill waits for the one before it, and a write that did
+      // not come back is written again (the grant is cumulative) a few rounds on.
+      if (f.lease.issued > f.onRecord) {
+        if (++f.waited % RELOG_ROUNDS === 0) out.push(this.issuer.restate(l, f.lease));
+        continue;
+      }
+      f.waited = 0;
+      const size = Math.min(Math.max(1, Math.floor(l.allowance / 4)), Math.max(FLOAT_MIN, 2 * l.askPeak));
+      const amount = Math.min(size - (f.lease.issued - f.base - f.moved), this.pool.available(l));
+      if (amount > 0) {
+        out.push(this.issuer.issue(l, f.lease, amount));
+        this.stats.floatRefills++;
+      } else if (!asked && l.windowEnd - now > 2 * this.cfg.roundMs) {
+        // Settled and not asked since the last refill: off the list until an ask or a report ahead
+        // puts it back, so rounds cost what changed, not every key seen this window.
+        this.floatWanted.delete(l);
+      }
+    }
+    return out;
+  }
+
+  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
+  logged(grants: readonly Grant[]): void {
+    for (const g of grants) {
+      const found = this.granted(g);
+      if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(found.l.shard)) continue;
+      const { l, lease } = found;
+      if (!lease.float) {
+        const direct = directOf(g);
+        lease.onRecord = lease.recordEpoch === g.ownerEpoch ? Math.max(lease.onRecord, direct) : direct;
+        lease.recordEpoch = g.ownerEpoch;
+      } else if (l.float?.lease === lease) {
+        l.float.onRecord = Math.max(l.float.onRecord, g.issued);
+        this.issuer.announceRefilled(l);
+      }
+    }
+  }
+
+  /**
+   * Whether all `g` states is on record already: its credit beyond what came from a float was in a
+   * grant whose log write came back. Such a grant may go out before its own log write does.
+   */
+  onRecord(g: Grant): boolean {
+    const lease = this.granted(g)?.lease;
+    const direct = directOf(g);
+    return lease !== undefined && !lease.float && (direct === 0 || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord));
+  }
+
+  /** The ledger and lease a grant of this owner's went to, if still known. */
+  private granted(g: Grant): { l: Ledger; lease: Lease } | undefined {
+    const l = this.ledgers.find(g.keyId, g.windowMs, g.windowId);
+    if (l === undefined) return undefined;
+    const lease = leaseIn(l, g.nodeEpoch, g.lease);
+    return lease === undefined ? undefined : { l, lease };
+  }
+
+  /** The ledger's float under the current owner epoch: a new one after a change of owner. */
+  private floatOf(l: Ledger, holder: { nodeId: string; nodeEpoch: string }, shard: number): Float {
+    const epoch = this.cfg.ownerEpoch(shard);
+    if (l.float?.lease.lease !== epoch) {
+      const lease = leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
+      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0 };
+    }
+    return l.float;
+  }
+}

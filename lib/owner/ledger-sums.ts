@@ -1,0 +1,39 @@
+import type { Grant } from '../protocol/messages.js';
+import type { Lease, Ledger } from '../ledger-store.js';
+
+/** Credit a lease holds unspent: issued + self-granted − spent − released (negative when it overspent). */
+export function held(lease: Lease): number {
+  return lease.issued + lease.selfIssued - lease.spent - lease.released;
+}
+
+/**
+ * issued + self-granted − released over the leases, a float's credit counted once whether it is
+ * still in the float or moved out to a lease — and never less than what leases say they took from
+ * floats, even if a float's own grant were missing from a replayed log. A lease that spent more than
+ * that (a degraded node's fail-open admissions, charged to the window) commits what it spent.
+ */
+export function committed(l: Ledger): number {
+  const t = tally(l);
+  return t.direct + Math.max(t.floats, t.floated);
+}
+
+/**
+ * A ledger's sums: nodes' leases' issued + self-granted − released − floated, plus what they spent
+ * beyond it (`direct`), floats' issued, and what leases took from floats.
+ */
+export function tally(l: Ledger): { direct: number; floats: number; floated: number } {
+  let direct = 0;
+  let floats = 0;
+  let floated = 0;
+  for (const lease of l.leases) {
+    if (lease.float) floats += lease.issued;
+    else direct += lease.issued + lease.selfIssued - lease.released - lease.floated + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
+    floated += lease.floated;
+  }
+  return { direct, floats, floated };
+}
+
+/** What a grant states beyond the credit it took from a float. */
+export function directOf(g: Grant): number {
+  return g.issued - (g.floated ?? 0);
+}
