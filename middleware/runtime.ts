@@ -56,7 +56,7 @@ export class Runtime {
     let redisBus: RedisBus | undefined;
     try {
       // A fleet of one (no Redis, no bus given) decides against counts of its own: nothing to lease.
-      redisBus = cfg.redis === undefined ? undefined : new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop });
+      redisBus = cfg.bus !== undefined || cfg.redis === undefined ? undefined : new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop });
       this.bus = cfg.bus ?? redisBus;
     } catch (err) {
       // ioredis missing, say: nothing may be left running.
