@@ -4,6 +4,9 @@ import { ADMITTED, type Acquired, type Denied } from '../node-contract.js';
 import { shardOf, type CreditRequest, type Grant } from '../protocol/messages.js';
 import { NodeMessages } from './messages.js';
 
+/** How a request is denied: `refused` for want of credit, `unavailable` when the node cannot decide (F5). */
+type Denial = 'refused' | 'unavailable';
+
 /**
  * The fast path and the decision: a request the credit held cannot cover asks the owners of its short
  * windows, under a hard deadline and across the network at most once per bucket per round (D2); the
@@ -29,16 +32,20 @@ export abstract class NodeAsks extends NodeMessages {
     if (!('requests' in sent)) return sent;
     const { requests, answer, blocked, remote } = sent;
     if (!isPromise(answer)) {
-      if (remote) this.noteAsk(false);
+      if (remote) this.askAnswered();
       this.settle(requests, answer);
-      return blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost);
+      return blocked ? this.deny(subject, cost, 'refused') : this.recheck(subject, cost);
     }
     const settled = answer.then(
       (grants) => {
         subject.asking = undefined;
-        this.noteAsk(grants === undefined);
-        if (grants === undefined) this.stats.fastPathTimeouts++;
-        else this.settle(requests, grants);
+        if (grants === undefined) {
+          this.askMissed();
+          this.stats.fastPathTimeouts++;
+        } else {
+          this.askAnswered();
+          this.settle(requests, grants);
+        }
       },
       (err: unknown) => {
         // Never left pending: a stuck ask would send every later request of this key to fail-open.
@@ -47,7 +54,7 @@ export abstract class NodeAsks extends NodeMessages {
       },
     );
     subject.asking = settled;
-    return settled.then(() => (blocked ? this.deny(subject, cost, false) : this.recheck(subject, cost)));
+    return settled.then(() => (blocked ? this.deny(subject, cost, 'refused') : this.recheck(subject, cost)));
   }
 
   /**
@@ -67,7 +74,7 @@ export abstract class NodeAsks extends NodeMessages {
       const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
       const silence = this.silenceMs(shard);
       // F5: degraded and out of credit — the limiter cannot decide; the backstop is the bound.
-      if (silence > this.cfg.degradedAfterMs) return this.deny(subject, cost, true);
+      if (silence > this.cfg.degradedAfterMs) return this.deny(subject, cost, 'unavailable');
       // F2: two missed rounds — no fast path, enforce with what is held. D2 across the network (an
       // owner in this process answers for free): see `settle`. And no asking when the owner said
       // the window has nothing left for us.
@@ -95,12 +102,12 @@ export abstract class NodeAsks extends NodeMessages {
         fastPath: true,
       });
     }
-    if (requests.length === 0) return this.deny(subject, cost, false);
+    if (requests.length === 0) return this.deny(subject, cost, 'refused');
     this.stats.fastPath++;
     const answer = this.link.requestCredit(requests, this.cfg.fastPathDeadlineMs);
     if (answer === undefined) {
-      if (remote) this.noteAsk(true);
-      return this.deny(subject, cost, false);
+      if (remote) this.askMissed();
+      return this.deny(subject, cost, 'refused');
     }
     return { requests, answer, blocked, remote };
   }
@@ -132,18 +139,19 @@ export abstract class NodeAsks extends NodeMessages {
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;
       // The window may have rolled while we waited: its fresh bucket has no credit yet.
-      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost, false);
+      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost, 'refused');
     }
     return this.take(subject, cost);
   }
 
   /**
-   * Denial for `subject`. A window could deny this key now if it is short here and the owner said it
+   * Denial for `subject`: `unavailable` names a window and no wait (F5: the node cannot decide). A
+   * `refused` one gives the wait to retry. A window could deny this key now if it is short here and the owner said it
    * has nothing left (exhausted): Retry-After is the wait to the latest such boundary (H2). A window
    * that is only short here (its ask is spent for this round, or the owner is out of reach) may get
    * credit next round: then the wait is one round, not a whole window.
    */
-  private deny(subject: Subject, cost: number, unavailable: boolean): Denied {
+  private deny(subject: Subject, cost: number, kind: Denial): Denied {
     const now = this.clock.now();
     let spent: Bucket | undefined;
     let spentName = '';
@@ -161,11 +169,11 @@ export abstract class NodeAsks extends NodeMessages {
         shortName = w.name;
       }
     });
-    if (unavailable) return { admitted: false, window: spentName || shortName, retryAfterMs: undefined, unavailable };
-    if (spent !== undefined) return { admitted: false, window: spentName, retryAfterMs: Math.max(0, spent.windowEnd - now), unavailable };
+    if (kind === 'unavailable') return { admitted: false, window: spentName || shortName, retryAfterMs: undefined, unavailable: true };
+    if (spent !== undefined) return { admitted: false, window: spentName, retryAfterMs: Math.max(0, spent.windowEnd - now), unavailable: false };
     const wait = short === undefined ? undefined : Math.min(this.cfg.roundMs, Math.max(0, short.windowEnd - now));
     subject.shortRound = this.roundNo;
-    return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable };
+    return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable: false };
   }
 }
 

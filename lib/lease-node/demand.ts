@@ -37,8 +37,14 @@ export abstract class NodeDemand extends NodeState {
     return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));
   }
 
-  protected noteAsk(missed: boolean): void {
-    this.missed256 += ((missed ? 256 : 0) - this.missed256) >> 4;
+  /** A remote ask answered by its deadline: the share of misses moves a sixteenth of the way to none. */
+  protected askAnswered(): void {
+    this.missed256 += (0 - this.missed256) >> 4;
+  }
+
+  /** A remote ask that missed its deadline or found no owner: the share moves a sixteenth of the way to all. */
+  protected askMissed(): void {
+    this.missed256 += (256 - this.missed256) >> 4;
   }
 
   /**
