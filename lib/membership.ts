@@ -9,8 +9,8 @@
  *   t + SILENT_ROUNDS·T     owners count it silent and hold its possible self-grant back
  *   t + (REACH + 2)·T       it stops the fast path (F2: two missed rounds)
  * and it grants itself credit (F4) only into a window that began at least AHEAD + SILENT + SKEW rounds
- * (`lib/lease-node.ts`) after its last contact: by then no owner can have issued credit for that
- * window without holding the node's share back, pre-grants asked ahead by other nodes included.
+ * (`lib/lease-node/boundary.ts`) after its last contact: by then no owner can have issued credit for
+ * that window without holding the node's share back, pre-grants asked ahead by other nodes included.
  *
  * Silence is judged on both sides in one time base (Redis time, or the simulator's clock), so no
  * pause breaks it. A member's heartbeat (`Heartbeat`) says when it last heard from each shard's owner

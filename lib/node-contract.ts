@@ -4,7 +4,7 @@ import type { CreditRequest, Grant, ReportBatch } from './protocol/messages.js';
 
 /*
  * The node side's contracts: what it needs from a transport (OwnerLink), how it is configured, and
- * what a decision returns. Kept apart from the state machine in lease-node.ts.
+ * what a decision returns. Kept apart from the state machine (lease-node.ts and its layers in lease-node/).
  */
 
 /**

@@ -1,0 +1,100 @@
+import type { Bucket } from '../bucket.js';
+import { SILENT_ROUNDS } from '../membership.js';
+import type { WindowSpec } from '../policy.js';
+import { shardOf } from '../protocol/messages.js';
+import { windowEndMs, windowIdAt } from '../window.js';
+import { NodeReports } from './reports.js';
+
+/** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
+export const AHEAD_ROUNDS = 2;
+/**
+ * Clock skew between nodes allowed for, in rounds (50 ms): any two wall clocks agree within this,
+ * steps included (each within a round of true time).
+ */
+export const SKEW_ROUNDS = 2;
+
+/**
+ * A bucket at its window's boundary: rolled into the window running now (never back into an earlier
+ * one), taking the credit granted ahead for it; and the boundary self-grant (F4) a node out of touch
+ * with the owner makes there, once per key and window, with what its heartbeats state of it.
+ */
+export abstract class NodeBoundary extends NodeReports {
+  /** Window end of the last boundary self-grant per key and window length (F4), kept across eviction. */
+  private readonly selfGrantedWindows = new Map<string, number>();
+  /**
+   * Shards holding a self-grant of this process: the end of the latest window it is for, and the
+   * round of the first batch since its latest self-grant there (`NodeBeat.selfGranted`).
+   */
+  private readonly selfGrantShards = new Map<number, { end: number; round: number }>();
+
+  /**
+   * Rolls `b` into the window of `w` running at `now`, if it is in an earlier one — never back into
+   * an earlier one. A wall clock stepped back over a boundary (within the skew allowed) leaves the
+   * bucket in the window it is in until the clock is past that window's start again: admissions go
+   * on counting there, against its credit. Rolling back would reset the bucket's counts while the
+   * owner's ledger keeps them, and a restated grant (cumulative) would then hand it again what it
+   * had spent already.
+   */
+  protected rollToNow(keyId: string, b: Bucket, w: WindowSpec, now: number): void {
+    const id = windowIdAt(now, w.windowMs, b.offset);
+    if (!(id <= b.windowId)) this.rollBucket(keyId, b, id, w.windowMs, w.limit);
+  }
+
+  /**
+   * Rolls a bucket into window `id`. With no owner contact for the last rounds (F2) and no credit
+   * granted ahead for the new window, the node grants itself exactly 1/fleet of the allowance (F4),
+   * and reports self_grant for the rest of the window; a degraded node does not (F5).
+   */
+  protected rollBucket(keyId: string, b: Bucket, id: number, windowMs: number, limit: number): void {
+    b.roll(id, windowEndMs(id, windowMs, b.offset));
+    // Credit granted ahead under a higher limit is cut to the current one.
+    this.trim(b, limit);
+    if (b.issued > 0) return;
+    const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
+    // Only into a window that began well into the silence. Owners hold this node's possible
+    // self-grant back from SILENT_ROUNDS after its last heartbeat, but may have granted credit for a
+    // window up to AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart):
+    // credit already out before they held anything back. A window that began earlier (a first sight
+    // mid-window, a key reloaded) gets no self-grant: its requests are refused, never over-admitted.
+    const intoWindow = this.clock.now() - (b.windowEnd - windowMs);
+    const before = (AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
+    if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence - intoWindow >= before && silence <= this.cfg.degradedAfterMs) {
+      // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
+      // holdback covers one self-grant per node per window, not one per reload.
+      const mark = `${keyId}|${windowMs}`;
+      if (this.selfGrantedWindows.get(mark) === b.windowEnd) return;
+      this.selfGrantedWindows.set(mark, b.windowEnd);
+      b.selfIssued = Math.floor(limit / Math.max(1, this.link.fleetSize()));
+      if (b.selfIssued > 0) {
+        b.dirty = true;
+        this.stats.selfGrants++;
+        const shard = shardOf(keyId, id, this.cfg.shards);
+        // Reported in this round's batch (`send` numbers it roundNo + 1) and every later one.
+        this.selfGrantShards.set(shard, { end: Math.max(this.selfGrantShards.get(shard)?.end ?? 0, b.windowEnd), round: this.roundNo + 1 });
+        this.link.selfGranted?.(shard, this.roundNo + 1);
+      }
+    }
+  }
+
+  /**
+   * The shards holding a self-grant of this process, each with the round of its first batch since,
+   * for this round's heartbeat: owners hold back this node's share in such a shard until they fold
+   * that batch (`lib/membership.ts`), and a self-granted bucket is in every batch. A shard whose
+   * self-granted windows have all ended is forgotten.
+   */
+  protected selfGrantStatement(now: number): Map<number, number> {
+    const selfGranted = new Map<number, number>();
+    for (const [shard, g] of this.selfGrantShards) {
+      if (g.end > now) selfGranted.set(shard, g.round);
+      else this.selfGrantShards.delete(shard);
+    }
+    return selfGranted;
+  }
+
+  /** Every 40 rounds, forgets the self-grants of windows that have ended. */
+  protected forgetEndedSelfGrants(now: number): void {
+    if (this.selfGrantedWindows.size > 0 && this.roundNo % 40 === 0) {
+      for (const [mark, end] of this.selfGrantedWindows) if (end <= now) this.selfGrantedWindows.delete(mark);
+    }
+  }
+}

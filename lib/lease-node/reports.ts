@@ -1,0 +1,96 @@
+import type { Bucket } from '../bucket.js';
+import type { Subject } from '../bucket-map.js';
+import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
+import { NodeDemand } from './demand.js';
+
+/**
+ * What a node tells the owners of its shards: per bucket a report of its cumulative counts and the
+ * demand it advertises, numbered so an owner keeps the newest; per shard a batch of them, at the end
+ * of the round (B2) or at once for what a recall released. What the link could not send is reported
+ * again next round.
+ */
+export abstract class NodeReports extends NodeDemand {
+  /** Seq of the last report sent: every report carries a higher one, so the owner keeps the newest. */
+  private reportSeq = 0;
+
+  /**
+   * What a recall released, reported at once rather than at the round's end: the owner has it for
+   * the next node that asks within a hop. Not to an owner in this process (it would fold the report
+   * while still sending what it decided before, and a refill could overtake an older exhaustion
+   * notice), nor for a window that has ended; those wait for the round.
+   */
+  protected reportNow(s: Subject, b: Bucket, windowMs: number): void {
+    const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
+    if (b.windowEnd <= this.clock.now() || this.link.local?.(shard) === true) return;
+    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b)], 0);
+  }
+
+  /**
+   * Publishes one batch of reports for `shard`; what the link could not send is reported next round.
+   * `round`: for a round's batch (everything up to this round's heartbeat) the round's number as the
+   * heartbeat states it (counted from 1), 0 for a partial one.
+   */
+  protected send(shard: number, reports: Report[], round = this.roundNo + 1): ReportBatch {
+    const batch: ReportBatch = { shard, nodeId: this.cfg.nodeId, nodeEpoch: this.cfg.nodeEpoch, round, reports };
+    this.stats.reports++;
+    if (!this.link.publish(batch)) this.unsent(batch);
+    return batch;
+  }
+
+  /** A batch the link could not send: its buckets are reported again next round (counts are cumulative). */
+  private unsent(batch: ReportBatch): void {
+    for (const r of batch.reports) {
+      const s = this.buckets.peek(r.keyId);
+      const b = this.bucketFor(r.keyId, r.windowMs, this.cfg.nodeEpoch, r.lease);
+      if (s === undefined || b === undefined || s.evicted) continue;
+      b.dirty = true;
+      this.touch(s);
+    }
+  }
+
+  /** Adds `report` to the batch for `shard`. */
+  protected queue(byShard: Map<number, Report[]>, shard: number, report: Report): void {
+    const list = byShard.get(shard);
+    if (list === undefined) byShard.set(shard, [report]);
+    else list.push(report);
+  }
+
+  /** The report for the window after the bucket's current one: nothing spent yet, the current demand. */
+  protected nextReport(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
+    const next = b.nextWindowId === b.windowId + 1;
+    return {
+      keyId,
+      windowId: b.windowId + 1,
+      windowMs,
+      limit,
+      lease: b.lease,
+      seq: ++this.reportSeq,
+      spent: 0,
+      issued: next ? b.nextIssued : 0,
+      selfIssued: 0,
+      released: 0,
+      demand: this.demandOf(b),
+      held: next ? b.nextIssued : 0,
+      selfGrant: false,
+    };
+  }
+
+  /** The report of the bucket's current window: its cumulative counts and the demand it advertises. */
+  protected report(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
+    return {
+      keyId,
+      windowId: b.windowId,
+      windowMs,
+      limit,
+      lease: b.lease,
+      seq: ++this.reportSeq,
+      spent: b.spent,
+      issued: b.issued,
+      selfIssued: b.selfIssued,
+      released: b.released,
+      demand: this.demandOf(b),
+      held: Math.max(0, b.credit),
+      selfGrant: b.selfIssued > 0,
+    };
+  }
+}

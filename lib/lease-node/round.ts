@@ -1,0 +1,141 @@
+import { RATE_ONE, type Bucket } from '../bucket.js';
+import type { Subject } from '../bucket-map.js';
+import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
+import { windowIdAt } from '../window.js';
+import { NodeAsks } from './asks.js';
+import { AHEAD_ROUNDS } from './boundary.js';
+
+/** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
+const MIN_RATE = RATE_ONE / 256;
+/** A quiet bucket with fading demand is reported once in this many rounds. */
+const IDLE_REPORT_ROUNDS = 8;
+
+/**
+ * The round, driven by the caller: at its end a heartbeat, then for each listed bucket the credit
+ * granted ahead rolled in, its smoothed rate, its give-backs, its report and the ask ahead for the
+ * next window, one batch per shard (B2). Also what a round sends besides the requests' buckets: the
+ * final reports of evicted subjects, and all that is held for shards whose new owner may have had no
+ * log to replay (`resync`).
+ */
+export abstract class NodeRound extends NodeAsks {
+  /**
+   * The final report of each self-granted bucket evicted before its window ended: sent again every
+   * round until then, since owners take every batch after a self-grant as carrying it.
+   */
+  private readonly evictedSelfGrants = new Map<string, { shard: number; report: Report; end: number }>();
+  /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
+  private evictedReports: Array<{ shard: number; report: Report }> = [];
+
+  /**
+   * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
+   * of theirs in a current window is reported at the end of this round, idle or not, so the new owner
+   * learns what is held and spent before it issues more.
+   */
+  resync(shards: ReadonlySet<number>): void {
+    const now = this.clock.now();
+    for (const s of this.buckets.values()) {
+      let any = false;
+      for (const b of s.buckets) {
+        if (b.windowEnd > now && shards.has(shardOf(s.keyId, b.windowId, this.cfg.shards))) {
+          b.dirty = true;
+          any = true;
+        }
+      }
+      if (any) this.touch(s);
+    }
+  }
+
+  /** Ends the round: a heartbeat, then one report batch per shard with something to report (B2). */
+  endRound(): ReportBatch[] {
+    const mono = this.clock.monotonic();
+    const now = this.clock.now();
+    let oldest = mono;
+    for (let s = 0; s < this.cfg.shards; s++) {
+      if (this.link.reachable(s)) this.contact[s] = mono;
+      oldest = Math.min(oldest, this.contact[s]!);
+    }
+    this.isDegraded = mono - oldest > this.cfg.degradedAfterMs;
+    // The shards this node granted itself credit in (`selfGrantStatement`), and the contact times as
+    // they are now: a grant landing before the transport writes this heartbeat must not make it say
+    // more than the rest of it does.
+    const selfGranted = this.selfGrantStatement(now);
+    this.link.heartbeat({ selfGranted, contact: Float64Array.from(this.contact) });
+    const byShard = new Map<number, Report[]>();
+    for (const { shard, report } of this.evictedReports) this.queue(byShard, shard, report);
+    this.evictedReports = [];
+    for (const [mark, e] of this.evictedSelfGrants) {
+      if (e.end <= now) this.evictedSelfGrants.delete(mark);
+      else this.queue(byShard, e.shard, e.report);
+    }
+    const next: Subject[] = [];
+    for (const s of this.reportList) {
+      if (s.evicted) continue;
+      const windows = s.limits.windows;
+      let keep = false;
+      for (let i = 0; i < windows.length; i++) {
+        const b = s.buckets[i] as Bucket;
+        const w = windows[i]!;
+        // Credit granted ahead for a window that began without a request here is rolled in, so it is
+        // reported and given back like any lease's instead of stranding until the window ends.
+        if (b.windowEnd <= now && b.nextIssued > 0) {
+          const id = windowIdAt(now, w.windowMs, b.offset);
+          if (id === b.nextWindowId) this.rollBucket(s.keyId, b, id, w.windowMs, w.limit);
+        }
+        // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
+        // a lull of a few rounds is not the end of a key's traffic on this node.
+        b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
+        // What it gives back is reported this round, even by a bucket that saw no request. Not right
+        // after a request was told to retry in a round: a late answer's credit is kept for the retry.
+        if (this.roundNo - s.shortRound > 1) this.shed(b, now);
+        const idle = b.roundDemand === 0 && !b.dirty;
+        // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
+        // one's rate is forgotten, or what is left of it would outlive its key's traffic here.
+        const faded = idle && b.rate < MIN_RATE && b.selfIssued === 0;
+        if (faded) b.rate = 0;
+        if (faded || b.windowEnd <= now) continue;
+        keep = true;
+        // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
+        // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
+        if (!idle || b.selfIssued > 0 || this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
+          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+          if (!idle) b.reportedRound = this.roundNo;
+        }
+        // Ask the next window's owner (another shard) for credit ahead of the rollover.
+        if (b.windowEnd - now <= AHEAD_ROUNDS * this.cfg.roundMs) {
+          this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
+        }
+        b.roundDemand = 0;
+        b.dirty = false;
+      }
+      // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
+      s.listed = keep;
+      if (keep) next.push(s);
+    }
+    this.reportList = next;
+    this.forgetEndedSelfGrants(now);
+    const batches: ReportBatch[] = [];
+    for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
+    this.roundNo++;
+    return batches;
+  }
+
+  /** Gives back every bit of unspent credit of a subject about to be evicted, and queues its report. */
+  protected releaseAll(subject: Subject): void {
+    const now = this.clock.now();
+    subject.evicted = true;
+    subject.limits.windows.forEach((w, i) => {
+      const b = subject.buckets[i] as Bucket;
+      if (b.windowEnd <= now) return;
+      if (b.credit > 0) b.released += b.credit;
+      const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
+      const report = this.report(subject.keyId, w.windowMs, w.limit, b);
+      if (b.selfIssued > 0) this.evictedSelfGrants.set(`${subject.keyId}|${w.windowMs}|${b.lease}`, { shard, report, end: b.windowEnd });
+      else this.evictedReports.push({ shard, report });
+      // Credit granted ahead for the next window goes back to that window's owner.
+      if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0) {
+        const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b);
+        this.evictedReports.push({ shard: shardOf(subject.keyId, b.windowId + 1, this.cfg.shards), report: { ...ahead, released: b.nextIssued, held: 0 } });
+      }
+    });
+  }
+}
