@@ -108,13 +108,13 @@ buildah_runs() {
 }
 
 # stop_container CONTAINER: SIGTERM to each program in it, as `docker stop` sends (buildah run itself
-# would SIGKILL its command), not to buildah's own helpers, which go when their program exits; SIGKILL
-# to whatever still runs 20 s later. Echoes how many were killed.
+# would SIGKILL its command), not to buildah's own helpers (comm memfd:buildah-…), which would SIGKILL
+# it too and go when it exits; SIGKILL to whatever still runs 20 s later. Echoes how many were killed.
 stop_container() {
   local layer p left
   layer=$(layer_of "$1")
   for p in $(pids_in "$layer"); do
-    case "$(cat "/proc/$p/comm" 2>/dev/null)" in buildah*) ;; *) kill -TERM "$p" 2>/dev/null ;; esac
+    case "$(cat "/proc/$p/comm" 2>/dev/null)" in *buildah*) ;; *) kill -TERM "$p" 2>/dev/null ;; esac
   done
   for _ in $(seq 80); do
     left="$(pids_in "$layer") $(buildah_runs)"
