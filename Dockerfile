@@ -15,9 +15,12 @@ COPY admin admin
 COPY demo demo
 COPY scripts scripts
 # express, helmet, bullmq, ioredis and pino are the package's peers (devDependencies here); this image runs the
-# demo gateway, the admin API and the worker, so it installs them at the versions tested.
-RUN npm run build:runtime && npm prune --omit=dev \
- && npm install --no-save --omit=dev --ignore-scripts --no-audit --no-fund \
+# demo gateway, the admin API and the worker, so it installs them at the versions tested. They become the
+# image's production dependencies in the same install that drops every other dev dependency: under
+# --omit=dev npm leaves out a package the manifest lists as a dev dependency even when it is named on
+# the command line. The lockfile keeps every version as tested.
+RUN npm run build:runtime \
+ && npm install --save-prod --save-exact --omit=dev --ignore-scripts --no-audit --no-fund \
       $(node -p "['express', 'helmet', 'bullmq', 'ioredis', 'pino'].map((n) => n + '@' + require('./package.json').devDependencies[n]).join(' ')")
 
 FROM node:20.19-bookworm-slim
