@@ -20,14 +20,19 @@ export interface Footprint {
 
 const round = (x: number): number => Math.round(x);
 
-/** Collects and waits until two heap readings agree (a reading right after gc() still sees unswept garbage). */
+/**
+ * Collects and waits until two readings agree (a reading right after gc() still sees unswept
+ * garbage). A reading is the V8 heap in use plus ArrayBuffer memory (typed arrays and Buffers keep
+ * their bytes outside the heap): what a structure holds either way is counted.
+ */
 export async function settle(): Promise<number> {
   const gc = globalThis.gc as () => void;
   let last = Number.POSITIVE_INFINITY;
   for (let k = 0; k < 10; k++) {
     gc();
     await sleep(50);
-    const used = process.memoryUsage().heapUsed;
+    const m = process.memoryUsage();
+    const used = m.heapUsed + m.arrayBuffers;
     if (Math.abs(last - used) < 64 * 1024) return used;
     last = used;
   }

@@ -1,7 +1,9 @@
+import { createHmac } from 'node:crypto';
 import { expect } from 'chai';
 import { ConfigError } from '../../lib/errors.js';
 import { halfSipHash53 } from '../../lib/hash.js';
 import { KEY_ID_PATTERN, KeyHasher } from '../../lib/key-id.js';
+import { seededRandom } from '../../scripts/sim/queue.js';
 
 describe('key ids: versioned keyed hashes of API keys', () => {
   const raw = 'sk_live_4f9a2c7e1b';
@@ -48,6 +50,32 @@ describe('key ids: versioned keyed hashes of API keys', () => {
       expect(err).to.be.instanceOf(ConfigError);
       const paths = (err as ConfigError).problems.map((p) => p.path);
       expect(paths).to.include.members(['keyHash.versions.0.version', 'keyHash.versions.0.secret', 'keyHash.versions.2.version', 'keyHash.current']);
+    }
+  });
+});
+
+describe('key ids are HMAC-SHA-256, truncated', () => {
+  /** Strings of every kind of UTF-16: ASCII, two- and three-byte code points, pairs and lone surrogates. */
+  function text(rand: () => number, length: number): string {
+    let s = '';
+    for (let i = 0; i < length; i++) {
+      const r = rand();
+      const code = r < 0.6 ? 32 + Math.floor(rand() * 95) : r < 0.75 ? Math.floor(rand() * 0x800) : r < 0.9 ? Math.floor(rand() * 0x10000) : 0xd800 + Math.floor(rand() * 0x800);
+      s += String.fromCharCode(code);
+    }
+    return s;
+  }
+
+  it('equals node:crypto\'s HMAC for keys short and long, of any text and length', () => {
+    const rand = seededRandom(13);
+    const secrets: Array<string | Buffer> = ['test-secret-test-secret', 'x'.repeat(64), 'y'.repeat(65), 's'.repeat(200), Buffer.from(Array.from({ length: 17 }, (_, i) => i * 15))];
+    for (const secret of secrets) {
+      const hasher = new KeyHasher([{ version: 'v12', secret }], undefined, 0);
+      for (let i = 0; i < 600; i++) {
+        const raw = text(rand, Math.floor(rand() * (i < 400 ? 70 : 300)));
+        const want = `v12:${createHmac('sha256', secret).update(raw).digest('base64url').slice(0, 22)}`;
+        expect(hasher.hash(raw), JSON.stringify(raw)).to.equal(want);
+      }
     }
   });
 });

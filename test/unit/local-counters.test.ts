@@ -148,6 +148,55 @@ describe('local counters: the decision of a fleet of one', () => {
     });
   }
 
+  for (let seed = 1; seed <= 4; seed++) {
+    it(`seed ${seed}: keys swept, their slots reused and their limits changed admit exactly what a count per window allows`, () => {
+      const rand = rng(100 + seed);
+      const clock = new FakeClock(1_800_000_000_000 + Math.floor(rand() * 60_000));
+      const c = new LocalCounters(clock, 2);
+      const plans = [free, compilePolicy(demoPolicy({ defaultPlan: 'hour' })).limitsFor('v1:any', 'none'), compilePolicy(demoPolicy({ defaultPlan: 'anonymous' })).limitsFor('v1:any', 'none'),
+        compilePolicy(demoPolicy({ defaultPlan: 'pro' })).limitsFor('v1:any', 'none')];
+      const keys = Array.from({ length: 400 }, (_, i) => `v1:slot${seed}k${String(i).padStart(14, '0')}`);
+      // The reference: a count per key, window length and window id, and each key's limits; a change of
+      // limits forgets the counts of window lengths the new limits lack.
+      const exact = new Map<string, number>();
+      const held = new Map<string, ResolvedLimits>();
+      let admittedUnits = 0;
+      let swept = 0;
+      for (let step = 0; step < 20_000; step++) {
+        clock.advance(rand() < 0.002 ? 61_000 : Math.floor(rand() * 8));
+        if (step % 10 === 0) {
+          const before = c.keys;
+          c.endRound();
+          swept += before - c.keys;
+        }
+        const key = keys[Math.floor(Math.pow(rand(), 3) * keys.length)]!;
+        let limits = held.get(key) ?? plans[Math.floor(rand() * 3)]!;
+        if (rand() < 0.01) limits = plans[Math.floor(rand() * plans.length)]!;
+        const was = held.get(key);
+        if (was !== undefined && was !== limits) {
+          for (const w of was.windows) if (!limits.windows.some((n) => n.windowMs === w.windowMs)) for (const id of exact.keys()) if (id.startsWith(`${key}|${w.windowMs}|`)) exact.delete(id);
+        }
+        held.set(key, limits);
+        const cost = rand() < 0.1 ? 3 : 1;
+        const ids = limits.windows.map((w) => `${key}|${w.windowMs}|${windowIdAt(clock.now(), w.windowMs, phaseOffset(key, w.windowMs))}`);
+        const fits = limits.windows.every((w, i) => (exact.get(ids[i]!) ?? 0) + cost <= w.limit);
+        if (fits) ids.forEach((id) => exact.set(id, (exact.get(id) ?? 0) + cost));
+        expect(c.acquire(key, limits, cost).admitted, `step ${step}`).to.equal(fits);
+        if (fits) admittedUnits += cost;
+        limits.windows.forEach((w, i) => expect(c.windowQuota(key, limits, i)?.left, `step ${step} window ${w.name}`).to.equal(Math.max(0, w.limit - (exact.get(ids[i]!) ?? 0))));
+      }
+      expect(admittedUnits).to.be.above(5000);
+      expect(swept, 'keys forgotten by the sweep').to.be.above(100);
+      // Every key held counts as many buckets as its limits have windows.
+      let buckets = 0;
+      for (const key of keys) {
+        const limits = held.get(key);
+        if (limits !== undefined && c.windowQuota(key, limits, 0) !== undefined) buckets += limits.windows.length;
+      }
+      expect(c.buckets.size).to.equal(buckets);
+    });
+  }
+
   /** The limit of the window named by a reference id (`key|windowMs|windowId`). */
   function limits(id: string): number {
     const windowMs = Number(id.split('|')[1]);
