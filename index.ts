@@ -22,16 +22,7 @@ export { definePolicy, type PolicyInput, type RouteClassInput } from './lib/defi
 export { KeyHasher, type HashKeyVersion } from './lib/key-id.js';
 export { Catalog, PROBLEM_QUOTA_EXCEEDED, PROBLEM_REDUCED_CAPACITY, type CatalogEntry, type ProblemBody } from './lib/catalog.js';
 export type { SubSecondMode, RetryHeaders } from './lib/retry-after.js';
-export {
-  ConfigError,
-  PolicyError,
-  RateLimiterError,
-  ValidationError,
-  ErrorCode,
-  WarningCode,
-  type ErrorCodeValue,
-  type Problem,
-} from './lib/errors.js';
+export { ConfigError, PolicyError, RateLimiterError, ValidationError, ErrorCode, WarningCode, type ErrorCodeValue, type Problem } from './lib/errors.js';
 export { systemClock, FakeClock, type Clock } from './lib/clock.js';
 export type { Logger } from './lib/logger.js';
 export type { LeaseNode } from './lib/lease-node.js';

@@ -14,7 +14,13 @@ export type { AdminOptions } from './context.js';
 const BODY_ERRORS: Readonly<Record<string, { status: number; error: string; title: string; path: string; message: string }>> = {
   'entity.too.large': { status: 413, error: 'BODY_TOO_LARGE', title: 'The body is over 1 MB', path: '(body)', message: 'is over 1 MB' },
   'charset.unsupported': { status: 415, error: 'UNSUPPORTED_MEDIA_TYPE', title: 'The body must be JSON in UTF-8', path: 'content-type', message: 'charset must be utf-8' },
-  'encoding.unsupported': { status: 415, error: 'UNSUPPORTED_MEDIA_TYPE', title: 'The body’s content encoding is not supported', path: 'content-encoding', message: 'must be identity, gzip, deflate or br' },
+  'encoding.unsupported': {
+    status: 415,
+    error: 'UNSUPPORTED_MEDIA_TYPE',
+    title: 'The body’s content encoding is not supported',
+    path: 'content-encoding',
+    message: 'must be identity, gzip, deflate or br',
+  },
   'request.size.invalid': { status: 400, error: 'INVALID_REQUEST', title: 'The body’s length does not match Content-Length', path: 'content-length', message: 'does not match the body' },
   'request.aborted': { status: 400, error: 'INVALID_REQUEST', title: 'The body was cut short', path: '(body)', message: 'ended early' },
 };

@@ -60,7 +60,10 @@ export function valid<T extends unknown[]>(...parts: { [K in keyof T]: [schema: 
 
 /** An RFC 9457 problem response. */
 export function problem(res: Response, status: number, error: string, title: string, extra: object = {}): void {
-  res.status(status).type('application/problem+json').send(JSON.stringify({ type: 'about:blank', title, status, error, ...extra }));
+  res
+    .status(status)
+    .type('application/problem+json')
+    .send(JSON.stringify({ type: 'about:blank', title, status, error, ...extra }));
 }
 
 /** Constant-time comparison of a presented token with the configured one (digests: no length leak). */
@@ -108,10 +111,17 @@ export class AdminContext {
     return (req: Request, res: Response): void => {
       fn(req, res).catch((err: unknown) => {
         if (err instanceof BadRequest) return problem(res, 400, 'INVALID_REQUEST', 'The request is invalid; nothing was changed', { problems: err.problems });
-        if (err instanceof PolicyError) return problem(res, 400, 'INVALID_POLICY', 'The resulting policy is invalid; nothing was changed', { problems: err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })) });
+        if (err instanceof PolicyError)
+          return problem(res, 400, 'INVALID_POLICY', 'The resulting policy is invalid; nothing was changed', { problems: err.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })) });
         if (err instanceof PolicyConflict) return problem(res, 409, 'CONFLICT', err.message);
         // Someone wrote the store without the policy secret: no node applies it; a PUT replaces it.
-        if (err instanceof StoreRecordError) return problem(res, 409, 'STORE_RECORD_REFUSED', `The stored record is refused (${err.reason}): ${err.message}. Nodes keep their last good one; store a policy or set the switch again to replace it`);
+        if (err instanceof StoreRecordError)
+          return problem(
+            res,
+            409,
+            'STORE_RECORD_REFUSED',
+            `The stored record is refused (${err.reason}): ${err.message}. Nodes keep their last good one; store a policy or set the switch again to replace it`,
+          );
         this.o.logger?.error({ err, path: req.path }, 'admin request failed');
         problem(res, 500, 'INTERNAL', 'The request failed; the audit trail shows any change that was made');
       });

@@ -111,7 +111,16 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
     policyVersion: policyOk ? policy.version : null,
     // Not without a stored, signed policy, nor while the store holds a record no node will apply, nor
     // with no node at all.
-    ok: policyOk && refused.length === 0 && nodes.length > 0 && degraded.length === 0 && stalePolicy.length === 0 && new Set(releases.map((r) => r.schemaVersion)).size <= 1 && enforcing && shards.length > 0 && shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
+    ok:
+      policyOk &&
+      refused.length === 0 &&
+      nodes.length > 0 &&
+      degraded.length === 0 &&
+      stalePolicy.length === 0 &&
+      new Set(releases.map((r) => r.schemaVersion)).size <= 1 &&
+      enforcing &&
+      shards.length > 0 &&
+      shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
     refusedRecords: refused,
     degradedNodes: degraded,
     nodesOnAnotherPolicy: stalePolicy,

@@ -4,15 +4,7 @@
  * `express`, `helmet` and `bullmq`.
  */
 export { createAdminApp, type AdminOptions } from './app.js';
-export {
-  maintenanceQueue,
-  startWorker,
-  queueName,
-  reap,
-  retention,
-  type ReapResult,
-  type RetentionResult,
-} from './jobs.js';
+export { maintenanceQueue, startWorker, queueName, reap, retention, type ReapResult, type RetentionResult } from './jobs.js';
 export { PolicyStore, PolicyConflict, type StoredPolicy, type AuditEntry, type SwitchState, type AuditWriter } from '../bus/policy-store.js';
 export { StoreSigner, StoreRecordError, type SignedKind, type StoreRejectReason } from '../bus/store-signature.js';
 export { EventLog, type EventLogOptions, type LimitEvent, type LimitRefusal } from '../bus/events.js';

@@ -91,7 +91,8 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
 export async function retention(redis: Client, store: AuditWriter, prefix: string, now: number): Promise<RetentionResult> {
   const eventsDeleted = await new EventLog(redis, prefix).trimBefore(now - EVENTS_RETENTION_MS);
   const auditDeleted = Number(await redis.call('XTRIM', `${prefix}:{pol}:audit`, 'MINID', String(Math.max(0, now - AUDIT_RETENTION_MS))));
-  if (eventsDeleted + auditDeleted > 0) await store.audit('retention-job', 'retention', 'events, audit', 'scheduled retention (30 days, 13 months)', `${eventsDeleted} events, ${auditDeleted} audit entries deleted`);
+  if (eventsDeleted + auditDeleted > 0)
+    await store.audit('retention-job', 'retention', 'events, audit', 'scheduled retention (30 days, 13 months)', `${eventsDeleted} events, ${auditDeleted} audit entries deleted`);
   return { eventsDeleted, auditDeleted };
 }
 
@@ -112,7 +113,14 @@ export function maintenanceQueue(connection: ConnectionOptions, prefix: string):
  * The worker behind `npm run worker`: runs reaps and retention, on demand and on a schedule (reap
  * every minute, retention every hour). Several workers may run: each job is idempotent.
  */
-export async function startWorker(o: { connection: ConnectionOptions; redis: Client; store: AuditWriter; prefix: string; shards: number; now?: () => number }): Promise<{ worker: Worker; queue: Queue }> {
+export async function startWorker(o: {
+  connection: ConnectionOptions;
+  redis: Client;
+  store: AuditWriter;
+  prefix: string;
+  shards: number;
+  now?: () => number;
+}): Promise<{ worker: Worker; queue: Queue }> {
   const now = o.now ?? Date.now;
   const queue = maintenanceQueue(o.connection, o.prefix);
   await queue.upsertJobScheduler('reap-every-minute', { every: 60_000 }, { name: 'reap' });

@@ -20,11 +20,15 @@ const logger = pino({ name: 'admin-api', level: env.LOG_LEVEL ?? 'info' });
 const problems: string[] = [];
 if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) problems.push('REDIS_URL (or REDIS_CLUSTER_NODES) must be set');
 // Bearer tokens guard every change to enforcement: long enough that guessing is hopeless.
-for (const [name, min] of [['ADMIN_TOKEN', 32], ['BREAK_GLASS_TOKEN', 32], ['KEY_HASH_SECRET', 16]] as const) {
+for (const [name, min] of [
+  ['ADMIN_TOKEN', 32],
+  ['BREAK_GLASS_TOKEN', 32],
+  ['KEY_HASH_SECRET', 16],
+] as const) {
   if (!env[name] || env[name]!.length < min) problems.push(`${name} must be set, at least ${min} characters`);
 }
 const policySecret = env.POLICY_SECRET || env.BUS_SECRET;
-if (!policySecret || policySecret.length < 16) problems.push('POLICY_SECRET (or BUS_SECRET, the gateways\' secret the policy is signed under) must be set, at least 16 characters');
+if (!policySecret || policySecret.length < 16) problems.push("POLICY_SECRET (or BUS_SECRET, the gateways' secret the policy is signed under) must be set, at least 16 characters");
 if (env.ADMIN_TOKEN && env.ADMIN_TOKEN === env.BREAK_GLASS_TOKEN) problems.push('BREAK_GLASS_TOKEN must differ from ADMIN_TOKEN');
 for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET', 'POLICY_SECRET', 'BUS_SECRET'] as const) {
   if (env[name]?.startsWith('replace-with-')) problems.push(`${name} still holds the .env.example placeholder: replace it with a secret of your own`);

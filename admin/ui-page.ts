@@ -47,8 +47,12 @@ ${message === undefined ? '' : `<p class="verdict bad" role="alert">${escapeHtml
 
 /** Said instead of the page when the fleet's state cannot be read; it reloads itself like the page. */
 export function unavailablePage(): string {
-  return page('fleet-ratelimit: unavailable', `<h1>fleet-ratelimit: enforcement health</h1>
-<p class="verdict bad" role="alert">The fleet’s state could not be read from Redis; trying again in ${REFRESH_SECONDS} s</p>`, true);
+  return page(
+    'fleet-ratelimit: unavailable',
+    `<h1>fleet-ratelimit: enforcement health</h1>
+<p class="verdict bad" role="alert">The fleet’s state could not be read from Redis; trying again in ${REFRESH_SECONDS} s</p>`,
+    true,
+  );
 }
 
 /** Why the fleet is not ok, one line each; empty when it is. */
@@ -60,7 +64,8 @@ export function problemsOf(h: FleetHealth): string[] {
   if (h.nodes.length === 0) out.push('No node is a member of the fleet');
   if (h.degradedNodes.length > 0) out.push(`Degraded: ${h.degradedNodes.join(', ')}`);
   if (h.nodesOnAnotherPolicy.length > 0) out.push(`Not on policy version ${h.policyVersion ?? '?'}: ${h.nodesOnAnotherPolicy.join(', ')}`);
-  if (new Set(h.releases.map((r) => r.schemaVersion)).size > 1) out.push(`Nodes speak different bus schema versions and refuse each other’s messages: ${h.releases.map((r) => `${r.release} (schema ${r.schemaVersion}): ${r.nodes.join(', ')}`).join('; ')}`);
+  if (new Set(h.releases.map((r) => r.schemaVersion)).size > 1)
+    out.push(`Nodes speak different bus schema versions and refuse each other’s messages: ${h.releases.map((r) => `${r.release} (schema ${r.schemaVersion}): ${r.nodes.join(', ')}`).join('; ')}`);
   if (h.shards.length === 0) out.push('No shard has an owner yet');
   else if (h.unownedShards.length > 0) out.push(`${h.unownedShards.length} of ${h.shards.length} shards have no live owner: ${h.unownedShards.join(', ')}`);
   // `ok` is the contract; a reason not listed above still shows as not ok.
@@ -104,7 +109,10 @@ ${verdict}
 </dl>
 <table>
 <thead><tr><th>Node</th><th>Release</th><th>Policy</th><th>Enforcing</th><th>Degraded</th><th>Fold age</th><th>Shards owned</th><th>Credit leased / allowance</th><th>Buckets</th><th>Events dropped</th><th>Last round</th></tr></thead>
-<tbody>${[...h.nodes].sort((a, b) => (a.node < b.node ? -1 : 1)).map((n) => nodeRow(n, h)).join('\n')}</tbody>
+<tbody>${[...h.nodes]
+      .sort((a, b) => (a.node < b.node ? -1 : 1))
+      .map((n) => nodeRow(n, h))
+      .join('\n')}</tbody>
 </table>
 <footer>As of ${new Date(h.at).toISOString()} (Redis's clock); this page reloads every ${REFRESH_SECONDS} s.
 <form method="post" action="/admin/ui/logout"><button type="submit">Sign out</button></form></footer>`,

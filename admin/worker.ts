@@ -14,7 +14,9 @@ const logger = pino({ name: 'maintenance-worker', level: env.LOG_LEVEL ?? 'info'
 const shards = Number(env.SHARDS ?? 64);
 const where = env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((u) => u.trim()) } : { url: env.REDIS_URL ?? '' };
 if ((!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) || !Number.isInteger(shards) || shards < 1) {
-  process.stderr.write(`maintenance worker: refusing to start:\n${!env.REDIS_URL && !env.REDIS_CLUSTER_NODES ? '  - REDIS_URL (or REDIS_CLUSTER_NODES) must be set\n' : ''}${!Number.isInteger(shards) || shards < 1 ? `  - SHARDS must be a whole number ≥ 1, got "${env.SHARDS}"\n` : ''}`);
+  process.stderr.write(
+    `maintenance worker: refusing to start:\n${!env.REDIS_URL && !env.REDIS_CLUSTER_NODES ? '  - REDIS_URL (or REDIS_CLUSTER_NODES) must be set\n' : ''}${!Number.isInteger(shards) || shards < 1 ? `  - SHARDS must be a whole number ≥ 1, got "${env.SHARDS}"\n` : ''}`,
+  );
   process.exit(1);
 }
 const prefix = env.REDIS_PREFIX ?? 'frl';

@@ -97,7 +97,10 @@ const uint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeIn
 const int: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : bad(p, 'must be an integer'));
 const posint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : bad(p, 'must be a positive integer'));
 const num: Reader<number> = (v, p) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : bad(p, 'must be a non-negative number'));
-const optional = <T>(r: Reader<T>): Reader<T | undefined> => (v, p) => (v === undefined ? undefined : r(v, p));
+const optional =
+  <T>(r: Reader<T>): Reader<T | undefined> =>
+  (v, p) =>
+    v === undefined ? undefined : r(v, p);
 const bool: Reader<boolean> = (v, p) => (v === 0 || v === 1 ? v === 1 : bad(p, 'must be 0 or 1'));
 
 /** A record's fields in wire order; the encoder writes them as an array, the decoder reads them back. */
@@ -137,21 +140,58 @@ function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
 }
 
 const reportRec = record<Report>([
-  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['limit', uint], ['lease', uint], ['seq', int],
-  ['spent', uint], ['issued', uint], ['selfIssued', uint], ['released', uint], ['demand', num], ['held', num], ['selfGrant', bool],
+  ['keyId', str],
+  ['windowId', uint],
+  ['windowMs', posint],
+  ['limit', uint],
+  ['lease', uint],
+  ['seq', int],
+  ['spent', uint],
+  ['issued', uint],
+  ['selfIssued', uint],
+  ['released', uint],
+  ['demand', num],
+  ['held', num],
+  ['selfGrant', bool],
 ]);
 const grantRec = record<Omit<Grant, 'type'>>([
-  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
-  ['ownerEpoch', posint], ['grantSeq', posint], ['issued', uint],
+  ['keyId', str],
+  ['windowId', uint],
+  ['windowMs', posint],
+  ['nodeId', str],
+  ['nodeEpoch', str],
+  ['lease', uint],
+  ['ownerEpoch', posint],
+  ['grantSeq', posint],
+  ['issued', uint],
 ]);
 const GRANT_FIELDS = 9;
 const adjustRec = record<Omit<Adjust, 'type'>>([
-  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
-  ['ownerEpoch', posint], ['keep', int], ['exhausted', bool], ['grantSeq', uint],
+  ['keyId', str],
+  ['windowId', uint],
+  ['windowMs', posint],
+  ['nodeId', str],
+  ['nodeEpoch', str],
+  ['lease', uint],
+  ['ownerEpoch', posint],
+  ['keep', int],
+  ['exhausted', bool],
+  ['grantSeq', uint],
 ]);
 const requestRec = record<CreditRequest>([
-  ['keyId', str], ['windowId', uint], ['windowMs', posint], ['limit', uint], ['nodeId', str], ['nodeEpoch', str], ['lease', uint],
-  ['spent', uint], ['selfIssued', uint], ['released', uint], ['need', uint], ['demand', num], ['fastPath', bool],
+  ['keyId', str],
+  ['windowId', uint],
+  ['windowMs', posint],
+  ['limit', uint],
+  ['nodeId', str],
+  ['nodeEpoch', str],
+  ['lease', uint],
+  ['spent', uint],
+  ['selfIssued', uint],
+  ['released', uint],
+  ['need', uint],
+  ['demand', num],
+  ['fastPath', bool],
 ]);
 
 /** A grant's fields, then `floated` when not 0 (a release that does not know it ignores it, and counts more committed). */
@@ -176,10 +216,12 @@ const decodeEntry: Reader<LogEntry> = (v, p) => {
 };
 const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
 
-const pair = <A, B>(a: Reader<A>, b: Reader<B>): Reader<[A, B]> => (v, p) => {
-  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
-  return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
-};
+const pair =
+  <A, B>(a: Reader<A>, b: Reader<B>): Reader<[A, B]> =>
+  (v, p) => {
+    if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
+    return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
+  };
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
 
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
@@ -198,12 +240,21 @@ export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
   grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
-  snapshot: (b) => ({ shard: b.shard, entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
+  snapshot: (b) => ({
+    shard: b.shard,
+    entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])),
+    ...(b.epoch !== undefined ? { epoch: b.epoch } : {}),
+  }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),
   messages: (b) => ({ re: b.re, nodeId: b.nodeId, messages: b.messages.map(encodeMessage) }),
   peer: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port }),
   greeting: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, host: b.host, port: b.port, nonce: b.nonce }),
   hello: (b) => ({ nonce: b.nonce }),
-  beat: (b) => ({ nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted }, ...(b.left ? { left: 1 } : {}) }),
+  beat: (b) => ({
+    nodeId: b.nodeId,
+    nodeEpoch: b.nodeEpoch,
+    statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted },
+    ...(b.left ? { left: 1 } : {}),
+  }),
   fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, ...(b.settled ? { settled: 1 } : {}) }),
 };

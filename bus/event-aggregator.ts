@@ -17,7 +17,19 @@ interface Pending {
 }
 
 function closed(p: Pending): LimitEvent {
-  return { keyId: p.keyId, class: p.class, status: p.status, window: p.window, routeClass: p.routeClass, node: p.node, first: p.first, last: p.last, count: p.count, firstCorrelationId: p.firstCorrelationId, lastCorrelationId: p.lastCorrelationId };
+  return {
+    keyId: p.keyId,
+    class: p.class,
+    status: p.status,
+    window: p.window,
+    routeClass: p.routeClass,
+    node: p.node,
+    first: p.first,
+    last: p.last,
+    count: p.count,
+    firstCorrelationId: p.firstCorrelationId,
+    lastCorrelationId: p.lastCorrelationId,
+  };
 }
 
 /**

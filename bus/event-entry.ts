@@ -95,7 +95,10 @@ export function decodeEvent(flat: readonly string[]): LimitEvent {
 
 /** Joi schema of `LimitEventOptions` (also used inside the limiter's `redis` option). */
 export const eventOptionsSchema = Joi.object({
-  maxBytes: Joi.number().integer().min(65_536).max(2 ** 40),
+  maxBytes: Joi.number()
+    .integer()
+    .min(65_536)
+    .max(2 ** 40),
   flushMs: Joi.number().integer().min(1000).max(3_600_000),
   maxPending: Joi.number().integer().min(1).max(1_000_000),
 });
@@ -108,6 +111,10 @@ export const EVENT_DEFAULTS: EventConfig = Object.freeze({ maxBytes: 256 * 1024 
 /** Validates event-log options; a `ConfigError` names each bad field under `path`. */
 export function parseEventOptions(o: unknown, path = 'events'): EventConfig {
   const { error, value } = eventOptionsSchema.validate(o ?? {}, { abortEarly: false });
-  if (error) throw new ConfigError(joiProblems(error).map((p) => ({ path: p.path === '(root)' ? path : `${path}.${p.path}`, message: p.message })), 'invalid limit event options');
+  if (error)
+    throw new ConfigError(
+      joiProblems(error).map((p) => ({ path: p.path === '(root)' ? path : `${path}.${p.path}`, message: p.message })),
+      'invalid limit event options',
+    );
   return Object.freeze({ ...EVENT_DEFAULTS, ...(value as LimitEventOptions) });
 }

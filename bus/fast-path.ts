@@ -79,7 +79,12 @@ export class FastPath {
     return this.start(nodeId, remote, { local: [], missed: false, deadlineMs }, 'probe');
   }
 
-  private start(nodeId: string, remote: ReadonlyMap<string, CreditRequest[]>, { local, missed, deadlineMs, unrecorded = [] }: AskOptions, kind: 'ask' | 'probe'): Promise<readonly Grant[] | undefined> {
+  private start(
+    nodeId: string,
+    remote: ReadonlyMap<string, CreditRequest[]>,
+    { local, missed, deadlineMs, unrecorded = [] }: AskOptions,
+    kind: 'ask' | 'probe',
+  ): Promise<readonly Grant[] | undefined> {
     const probe = kind === 'probe';
     return new Promise((resolve) => {
       const group: AskGroup = { remaining: remote.size + unrecorded.length, grants: local, missed, start: performance.now(), probe, done: false, resolve };

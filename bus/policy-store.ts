@@ -193,7 +193,16 @@ export class PolicyStore {
     } catch {
       throw new StoreRecordError('malformed', 'policy.json: is not JSON');
     }
-    if (typeof x !== 'object' || x === null || !Number.isSafeInteger(x.version) || x.version! < 1 || typeof x.policy !== 'object' || x.policy === null || x.policy.version !== x.version || !Number.isSafeInteger(x.at)) {
+    if (
+      typeof x !== 'object' ||
+      x === null ||
+      !Number.isSafeInteger(x.version) ||
+      x.version! < 1 ||
+      typeof x.policy !== 'object' ||
+      x.policy === null ||
+      x.policy.version !== x.version ||
+      !Number.isSafeInteger(x.at)
+    ) {
       throw new StoreRecordError('malformed', 'policy.json: must hold a version ≥ 1, the policy of that version and at (ms)');
     }
     return x as StoredPolicy;

@@ -39,8 +39,22 @@ export interface RedisBusStats extends FastPathStats {
 /** A Redis bus's counters as it starts: all zero. */
 export function zeroStats(): RedisBusStats {
   return {
-    rounds: 0, roundFailures: 0, reportsSent: 0, reportsSkipped: 0, entriesFolded: 0,
-    rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 }, deadLettered: 0,
-    asksSent: 0, asksDirect: 0, asksServed: 0, answersLate: 0, fastPathTimeouts: 0, messagesSent: 0, staleMessages: 0, grantsWithheld: 0, takeovers: 0, snapshots: 0,
+    rounds: 0,
+    roundFailures: 0,
+    reportsSent: 0,
+    reportsSkipped: 0,
+    entriesFolded: 0,
+    rejected: { version: 0, secret: 0, mac: 0, malformed: 0, fold: 0 },
+    deadLettered: 0,
+    asksSent: 0,
+    asksDirect: 0,
+    asksServed: 0,
+    answersLate: 0,
+    fastPathTimeouts: 0,
+    messagesSent: 0,
+    staleMessages: 0,
+    grantsWithheld: 0,
+    takeovers: 0,
+    snapshots: 0,
   };
 }

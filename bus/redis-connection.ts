@@ -40,7 +40,12 @@ export function connect(o: Pick<RedisConnectionOptions, 'url' | 'clusterNodes' |
       const url = new URL(u);
       return { host: url.hostname, port: Number(url.port || 6379) };
     });
-    return new Cluster(nodes, { redisOptions: common, lazyConnect: extra.lazyConnect ?? false, enableAutoPipelining: extra.enableAutoPipelining ?? false, clusterRetryStrategy: (n: number) => Math.min(50 * n, 500) });
+    return new Cluster(nodes, {
+      redisOptions: common,
+      lazyConnect: extra.lazyConnect ?? false,
+      enableAutoPipelining: extra.enableAutoPipelining ?? false,
+      clusterRetryStrategy: (n: number) => Math.min(50 * n, 500),
+    });
   }
   return new Redis(o.url ?? 'redis://127.0.0.1:6379', common);
 }

@@ -66,7 +66,9 @@ export class ShardReader {
           if (results.length === 0) await sleep(ctx.opts.roundMs);
         } else {
           const keys = shards.map((s) => ctx.keys.shard(s, 'reports'));
-          const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<[string, StreamEntries]> | null;
+          const r = (await this.reader.call('XREADGROUP', 'GROUP', GROUP, this.consumer, 'COUNT', READ_COUNT, 'BLOCK', block, 'STREAMS', ...keys, ...keys.map(() => '>'))) as Array<
+            [string, StreamEntries]
+          > | null;
           results.push(...(r ?? []));
         }
         // Everything read in one go is answered in one go: one message per node, one log entry per shard.
@@ -106,7 +108,8 @@ export class ShardReader {
       let env: Envelope;
       try {
         env = ctx.codec.open(fields);
-        if (env.t !== 'reports' || env.body.shard !== shard) throw new EnvelopeError('malformed', `t: a ${env.t} entry for shard ${env.t === 'reports' ? env.body.shard : '?'} in shard ${shard}'s report stream`);
+        if (env.t !== 'reports' || env.body.shard !== shard)
+          throw new EnvelopeError('malformed', `t: a ${env.t} entry for shard ${env.t === 'reports' ? env.body.shard : '?'} in shard ${shard}'s report stream`);
       } catch (err) {
         this.deadLetter(shard, id, fields, err);
         acks.push(id);

@@ -78,7 +78,10 @@ export function createDemoApp(opts: DemoOptions): { app: Express; limiter: RateL
     const raw = header(req, 'x-api-key');
     const key = raw === undefined ? undefined : config.keys.get(raw);
     if (key === undefined) {
-      res.status(401).type('application/problem+json').send(JSON.stringify({ type: 'about:blank', title: 'Unauthorized', status: 401, error: 'UNAUTHORIZED' }));
+      res
+        .status(401)
+        .type('application/problem+json')
+        .send(JSON.stringify({ type: 'about:blank', title: 'Unauthorized', status: 401, error: 'UNAUTHORIZED' }));
       return;
     }
     identities.set(req, { principal: raw as string, tenant: key.tenant });

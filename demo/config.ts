@@ -50,7 +50,11 @@ export function parseDemoConfig(input: unknown, hasher: KeyHasher): DemoConfig {
     const i = names.findIndex((n) => path === `demoKeys.${n}` || path.startsWith(`demoKeys.${n}.`));
     return i < 0 ? path : `demoKeys[${i}]${path.slice(`demoKeys.${names[i]}`.length)}`;
   };
-  if (error) throw new ConfigError(joiProblems(error).map((p) => ({ path: mask(p.path), message: p.message })), 'invalid demo configuration');
+  if (error)
+    throw new ConfigError(
+      joiProblems(error).map((p) => ({ path: mask(p.path), message: p.message })),
+      'invalid demo configuration',
+    );
   const file = value as DemoConfigFile;
   const plans = (file.policy as { plans?: Record<string, unknown> }).plans ?? {};
   const problems = Object.entries(file.demoKeys)

@@ -29,8 +29,7 @@ export interface ProblemBody {
   readonly correlation_id: string;
 }
 
-const entry = (code: string, status: 429 | 503, type: string, title: string): CatalogEntry =>
-  Object.freeze({ code, status, type, title });
+const entry = (code: string, status: 429 | 503, type: string, title: string): CatalogEntry => Object.freeze({ code, status, type, title });
 
 /** Every caller-visible denial. */
 export const Catalog = Object.freeze({

@@ -11,7 +11,6 @@ export function fnv1a32(text: string): number {
   return h >>> 0;
 }
 
-
 /**
  * HalfSipHash-2-4 (the 32-bit SipHash made for hash tables, as in the Linux kernel) over a string's
  * UTF-16 code units packed two to a word, with 64 bits of output folded to a 53-bit number. Keyed:

@@ -53,7 +53,7 @@ export class KeyHasher {
     versions.forEach((v, i) => {
       if (!VERSION.test(v.version)) problems.push({ path: `keyHash.versions.${i}.version`, message: 'must look like v1, v2, …' });
       else if (keys.has(v.version)) problems.push({ path: `keyHash.versions.${i}.version`, message: `duplicate version ${v.version}` });
-      const len = typeof v.secret === 'string' ? Buffer.byteLength(v.secret) : v.secret?.length ?? 0;
+      const len = typeof v.secret === 'string' ? Buffer.byteLength(v.secret) : (v.secret?.length ?? 0);
       if (len < 16) problems.push({ path: `keyHash.versions.${i}.secret`, message: 'must be at least 16 bytes' });
       else keys.set(v.version, new HmacSha256(typeof v.secret === 'string' ? Buffer.from(v.secret) : v.secret));
     });
@@ -95,5 +95,4 @@ export class KeyHasher {
     // 17 bytes encode to 23 characters whose first 22 are those of the whole MAC's encoding.
     return `${version}:${(this.keys.get(version) as HmacSha256).mac(raw).toString('base64url', 0, 17).slice(0, ID_CHARS)}`;
   }
-
 }

@@ -181,8 +181,24 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
   const found = leaseIn(l, nodeEpoch, leaseNo);
   if (found !== undefined) return found;
   const lease: Lease = {
-    nodeId, nodeEpoch, lease: leaseNo, float: nodeEpoch.startsWith(FLOAT_PREFIX), issued: 0, floated: 0, onRecord: 0, recordEpoch: 0,
-    reported: 0, grantSeq: 0, spent: 0, selfIssued: 0, released: 0, seq: -1, demand: 0, noticeAt: -1, exhaustedAt: -1, grantedAt: -1,
+    nodeId,
+    nodeEpoch,
+    lease: leaseNo,
+    float: nodeEpoch.startsWith(FLOAT_PREFIX),
+    issued: 0,
+    floated: 0,
+    onRecord: 0,
+    recordEpoch: 0,
+    reported: 0,
+    grantSeq: 0,
+    spent: 0,
+    selfIssued: 0,
+    released: 0,
+    seq: -1,
+    demand: 0,
+    noticeAt: -1,
+    exhaustedAt: -1,
+    grantedAt: -1,
   };
   // Most ledgers only ever have one lease; a pushed-to empty array reserves room for sixteen.
   if (l.leases.length === 0) l.leases = [lease];

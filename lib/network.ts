@@ -65,11 +65,7 @@ function expandIPv6(ip: string): number[] {
  * `trustedProxyHops` > 0 — the address that many hops back in X-Forwarded-For (the part a client
  * cannot forge past its own proxy).
  */
-export function clientAddress(
-  socketAddress: string | undefined,
-  forwardedFor: string | string[] | undefined,
-  trustedProxyHops: number,
-): string | undefined {
+export function clientAddress(socketAddress: string | undefined, forwardedFor: string | string[] | undefined, trustedProxyHops: number): string | undefined {
   if (trustedProxyHops <= 0 || forwardedFor === undefined) return socketAddress;
   const hops = (Array.isArray(forwardedFor) ? forwardedFor.join(',') : forwardedFor)
     .split(',')

@@ -17,10 +17,7 @@ export interface OwnerLink {
    * fast-path deadline); undefined at once means no owner can be reached. The caller applies them;
    * late grants also arrive through `onMessage`.
    */
-  requestCredit(
-    requests: readonly CreditRequest[],
-    deadlineMs: number,
-  ): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
+  requestCredit(requests: readonly CreditRequest[], deadlineMs: number): readonly Grant[] | undefined | Promise<readonly Grant[] | undefined>;
   /**
    * Sends one round's batch for one shard. Never blocks. False when it could not even be sent (the
    * transport is out of reach or backed up): the node then reports those buckets again next round.

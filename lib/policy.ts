@@ -95,32 +95,38 @@ const DAY_MS = 86_400_000;
 const windowSchema = Joi.object({
   name: Joi.string().pattern(NAME).required(),
   limit: Joi.number().integer().min(1).max(1_000_000_000).required(),
-  windowMs: Joi.number().integer().min(1000).max(31 * DAY_MS).required(),
+  windowMs: Joi.number()
+    .integer()
+    .min(1000)
+    .max(31 * DAY_MS)
+    .required(),
 });
 const windowsSchema = Joi.array().items(windowSchema).min(1).max(8).unique('name');
 /** Names a plan or route class may not take: they are Object.prototype's (`__proto__`, `constructor` …). */
 export const RESERVED_NAMES: readonly string[] = Object.freeze(Object.getOwnPropertyNames(Object.prototype));
-const nameKeys = Joi.string().pattern(NAME).invalid(...RESERVED_NAMES);
+const nameKeys = Joi.string()
+  .pattern(NAME)
+  .invalid(...RESERVED_NAMES);
 const mode = Joi.string().valid('enforce', 'shadow');
 
 /** joi schema of a policy document (cross-references are checked after it). */
 const policySchema = Joi.object({
   version: Joi.number().integer().min(1).required(),
-  plans: Joi.object().pattern(nameKeys, Joi.object({ windows: windowsSchema.required(), mode, shadow: Joi.string().pattern(NAME) })).min(1).required(),
+  plans: Joi.object()
+    .pattern(nameKeys, Joi.object({ windows: windowsSchema.required(), mode, shadow: Joi.string().pattern(NAME) }))
+    .min(1)
+    .required(),
   defaultPlan: Joi.string().pattern(NAME).required(),
   anonymousPlan: Joi.string().pattern(NAME).required(),
   tenants: Joi.object().pattern(
-    Joi.string().min(1).max(128).invalid(...RESERVED_NAMES),
+    Joi.string()
+      .min(1)
+      .max(128)
+      .invalid(...RESERVED_NAMES),
     Joi.object({ plan: Joi.string().pattern(NAME), share: Joi.number().greater(0).max(1) }),
   ),
-  keys: Joi.object().pattern(
-    Joi.string(),
-    Joi.object({ plan: Joi.string().pattern(NAME), windows: windowsSchema }).xor('plan', 'windows'),
-  ),
-  routeClasses: Joi.object().pattern(
-    nameKeys,
-    Joi.object({ failMode: Joi.string().valid('open', 'closed'), plan: Joi.string().pattern(NAME), mode }),
-  ),
+  keys: Joi.object().pattern(Joi.string(), Joi.object({ plan: Joi.string().pattern(NAME), windows: windowsSchema }).xor('plan', 'windows')),
+  routeClasses: Joi.object().pattern(nameKeys, Joi.object({ failMode: Joi.string().valid('open', 'closed'), plan: Joi.string().pattern(NAME), mode })),
   capacity: Joi.object({
     nodeAdmissionsPerSecond: Joi.number().integer().min(1).required(),
     tenantShare: Joi.number().greater(0).max(1).required(),
@@ -168,11 +174,7 @@ export class CompiledPolicy {
 
   /** Limits for an authenticated caller: key override, else tenant plan, else the default plan. */
   limitsFor(keyId: string, tenant: string | undefined): ResolvedLimits {
-    return (
-      this.keyLimits.get(keyId) ??
-      (tenant === undefined ? undefined : this.tenantPlans.get(tenant)) ??
-      this.defaultLimits
-    );
+    return this.keyLimits.get(keyId) ?? (tenant === undefined ? undefined : this.tenantPlans.get(tenant)) ?? this.defaultLimits;
   }
 
   /** Limits for a caller without identity on `routeClass`. */

@@ -26,14 +26,16 @@ export function defaultLogger(name: string): Logger {
  */
 export function jsonLinesLogger(name: string, level: string, write = (line: string): unknown => process.stdout.write(line)): Logger {
   const min = level === 'silent' ? Number.POSITIVE_INFINITY : (LEVELS[level as Level] ?? LEVELS.info);
-  const at = (lvl: Level) => (fields: object, msg?: string): void => {
-    if (LEVELS[lvl] < min) return;
-    const { err, ...rest } = fields as { err?: unknown };
-    const out: Record<string, unknown> = { level: LEVELS[lvl], time: Date.now(), pid: process.pid, name, ...rest };
-    if (err instanceof Error) out.err = { type: err.name, message: err.message, code: (err as NodeJS.ErrnoException).code, stack: err.stack };
-    else if (err !== undefined) out.err = err;
-    if (msg !== undefined) out.msg = msg;
-    write(`${JSON.stringify(out)}\n`);
-  };
+  const at =
+    (lvl: Level) =>
+    (fields: object, msg?: string): void => {
+      if (LEVELS[lvl] < min) return;
+      const { err, ...rest } = fields as { err?: unknown };
+      const out: Record<string, unknown> = { level: LEVELS[lvl], time: Date.now(), pid: process.pid, name, ...rest };
+      if (err instanceof Error) out.err = { type: err.name, message: err.message, code: (err as NodeJS.ErrnoException).code, stack: err.stack };
+      else if (err !== undefined) out.err = err;
+      if (msg !== undefined) out.msg = msg;
+      write(`${JSON.stringify(out)}\n`);
+    };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }

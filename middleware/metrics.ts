@@ -6,11 +6,13 @@ import type { LimitEventStats } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
 import type { Enforcer } from '../lib/node-contract.js';
+import { Timings, TimingsHistogram } from './timings.js';
+import type { LimiterStats } from './types.js';
 
 /** What the limiter's metrics are read from: its counters, its node and owner, and the bus. */
 export interface MetricSources {
   readonly nodeId: string;
-  readonly stats: { admitted: number; quotaDenied: number; capacityDenied: number; failOpen: number; failClosed: number; bypassed: number; skipped: number; shadowDenied: number; dualRunDenied: number };
+  readonly stats: Readonly<LimiterStats>;
   readonly node: Enforcer;
   /** The shard-owner side and the bus: absent in a fleet of one, which counts everything itself. */
   readonly owner: FoldOwner | undefined;
@@ -25,34 +27,11 @@ export interface MetricSources {
   readonly policyRejections?: () => Readonly<Record<string, number>> | undefined;
 }
 
-
 /**
  * Decisions made without waiting are timed one in this many, each sample counted this many times:
  * two clock readings would cost about as much as such a decision. Every one that waits is timed.
  */
 const SAMPLE = 32;
-
-/** Seconds, from 1 µs (a decision from held credit) to 25 ms (a fast path that waited). */
-const DECISION_BUCKETS = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 2.5e-2];
-
-/** Decision times of one limiter: per-bucket counts, kept off prom-client so a request only adds. */
-class Timings {
-  readonly counts = new Float64Array(DECISION_BUCKETS.length);
-  sum = 0;
-  count = 0;
-
-  /** One observation standing for `weight` of them (a sample). */
-  observe(seconds: number, weight: number): void {
-    this.sum += seconds * weight;
-    this.count += weight;
-    for (let i = 0; i < DECISION_BUCKETS.length; i++) {
-      if (seconds <= DECISION_BUCKETS[i]!) {
-        this.counts[i]! += weight;
-        return;
-      }
-    }
-  }
-}
 
 /** One open limiter as the process's metrics see it. */
 interface Member {
@@ -61,41 +40,12 @@ interface Member {
   readonly fastPath: Timings;
 }
 
-type Sample = { value: number; labels: Record<string, string | number>; metricName: string };
-
-/**
- * A histogram whose series are the `Timings` of every open limiter, labelled `node`; it meets the
- * prom-client registry's metric contract (`name`, `help`, `type`, `get()`, `reset()`).
- */
-class TimingsHistogram {
-  readonly type = 'histogram';
-  readonly aggregator = 'sum';
-
-  constructor(
-    readonly name: string,
-    readonly help: string,
-    private readonly read: (m: Member) => Timings,
-    private readonly members: ReadonlyMap<string, Member>,
-  ) {}
-
-  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Sample[] }> {
-    const values: Sample[] = [];
-    for (const [node, m] of this.members) {
-      const t = this.read(m);
-      let acc = 0;
-      DECISION_BUCKETS.forEach((le, i) => {
-        acc += t.counts[i]!;
-        values.push({ value: acc, labels: { le, node }, metricName: `${this.name}_bucket` });
-      });
-      values.push({ value: t.count, labels: { le: '+Inf', node }, metricName: `${this.name}_bucket` });
-      values.push({ value: t.sum, labels: { node }, metricName: `${this.name}_sum` });
-      values.push({ value: t.count, labels: { node }, metricName: `${this.name}_count` });
-    }
-    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
-  }
-
-  /** The counts belong to the limiters (like the mirrored counters, they are read, not reset). */
-  reset(): void {}
+/** A metric's collect callback: its series reset, then set afresh from the limiters' counters. */
+function scraped<T extends { reset(): void }>(fill: (m: T) => void): (this: T) => void {
+  return function (this: T) {
+    this.reset();
+    fill(this);
+  };
 }
 
 /** Sets a counter's series of `node` to an absolute value read from a cumulative source at scrape time. */
@@ -111,7 +61,7 @@ function mirror(counter: Counter<string>, node: string, value: number, labels: R
 class ProcessMetrics {
   readonly members = new Map<string, Member>();
   /** Every metric, by name. */
-  readonly all = new Map<string, Metric<string> | TimingsHistogram>();
+  readonly all = new Map<string, Metric<string> | TimingsHistogram<Member>>();
 
   constructor() {
     const members = this.members;
@@ -129,23 +79,35 @@ class ProcessMetrics {
     ])
       this.all.set(h.name, h);
     const counter = (name: string, help: string, labelNames: string[], collect: (c: Counter<string>) => void): void => {
-      this.all.set(name, new Counter({ name, help, labelNames: ['node', ...labelNames], registers: [], collect() { this.reset(); collect(this); } }));
+      this.all.set(name, new Counter({ name, help, labelNames: ['node', ...labelNames], registers: [], collect: scraped(collect) }));
     };
     const gauge = (name: string, help: string, labelNames: string[], collect: (g: Gauge<string>) => void): void => {
-      this.all.set(name, new Gauge({ name, help, labelNames: ['node', ...labelNames], registers: [], collect() { this.reset(); collect(this); } }));
+      this.all.set(name, new Gauge({ name, help, labelNames: ['node', ...labelNames], registers: [], collect: scraped(collect) }));
     };
-    const fromNode = (name: string, help: string, read: (src: MetricSources) => number): void =>
-      counter(name, help, [], (c) => each((src, node) => mirror(c, node, read(src))));
+    const fromNode = (name: string, help: string, read: (src: MetricSources) => number): void => counter(name, help, [], (c) => each((src, node) => mirror(c, node, read(src))));
     counter(
       'fleet_ratelimit_decisions_total',
       'Decisions by class: admitted, quota (429), capacity (503), fail_open (admitted on a limiter fault), fail_closed (503), bypassed (kill switch off), shadow (a would-be 429 admitted in shadow mode).',
       ['class'],
       (c) =>
         each(({ stats: s }, node) => {
-          for (const [cls, n] of [['admitted', s.admitted], ['quota', s.quotaDenied], ['capacity', s.capacityDenied], ['fail_open', s.failOpen], ['fail_closed', s.failClosed], ['bypassed', s.bypassed], ['shadow', s.shadowDenied]] as const) mirror(c, node, n, { class: cls });
+          for (const [cls, n] of [
+            ['admitted', s.admitted],
+            ['quota', s.quotaDenied],
+            ['capacity', s.capacityDenied],
+            ['fail_open', s.failOpen],
+            ['fail_closed', s.failClosed],
+            ['bypassed', s.bypassed],
+            ['shadow', s.shadowDenied],
+          ] as const)
+            mirror(c, node, n, { class: cls });
         }),
     );
-    fromNode('fleet_ratelimit_dual_run_refusals_total', 'Refusals a plan run in shadow beside the enforced one (a dual run) would have made; those requests were decided by the enforced plan.', (src) => src.stats.dualRunDenied);
+    fromNode(
+      'fleet_ratelimit_dual_run_refusals_total',
+      'Refusals a plan run in shadow beside the enforced one (a dual run) would have made; those requests were decided by the enforced plan.',
+      (src) => src.stats.dualRunDenied,
+    );
     fromNode('fleet_ratelimit_skipped_total', 'Requests the skip option let through unlimited (not decisions: neither counted nor refused).', (src) => src.stats.skipped);
     fromNode('fleet_ratelimit_fast_path_total', 'Asks to a shard owner on the request path (first sight, or credit short).', (src) => src.node.stats.fastPath);
     fromNode('fleet_ratelimit_fast_path_timeouts_total', 'Asks that missed the fast-path deadline (their requests were denied).', (src) => src.node.stats.fastPathTimeouts);
@@ -153,15 +115,36 @@ class ProcessMetrics {
     fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', (src) => src.node.stats.reports);
     fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', (src) => src.node.stats.grantsApplied);
     fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner?.stats.grants ?? 0);
-    fromNode('fleet_ratelimit_float_answers_total', 'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.', (src) => src.owner?.stats.floatAnswers ?? 0);
-    fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
-    counter('fleet_ratelimit_events_dropped_total', 'Refusals (429, 503) counted in no stored limit event: pending (more distinct aggregates than maxPending held in memory) or write (the write to Redis failed).', ['reason'], (c) =>
-      each(({ events: e }, node) => {
-        if (e !== undefined) for (const [reason, n] of [['pending', e.stats.droppedPending], ['write', e.stats.droppedWrite]] as const) mirror(c, node, n, { reason });
-      }),
+    fromNode(
+      'fleet_ratelimit_float_answers_total',
+      'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.',
+      (src) => src.owner?.stats.floatAnswers ?? 0,
     );
-    fromNode('fleet_ratelimit_events_written_total', 'Limit events written to Redis: one per key id, class, window name, route class and window, counting its refusals.', (src) => src.events?.stats.written ?? 0);
-    fromNode('fleet_ratelimit_events_evicted_total', "Stored limit events this node's writes trimmed off the stream to hold its byte budget (redis.events.maxBytes), before their retention age.", (src) => src.events?.stats.evicted ?? 0);
+    fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
+    counter(
+      'fleet_ratelimit_events_dropped_total',
+      'Refusals (429, 503) counted in no stored limit event: pending (more distinct aggregates than maxPending held in memory) or write (the write to Redis failed).',
+      ['reason'],
+      (c) =>
+        each(({ events: e }, node) => {
+          if (e !== undefined)
+            for (const [reason, n] of [
+              ['pending', e.stats.droppedPending],
+              ['write', e.stats.droppedWrite],
+            ] as const)
+              mirror(c, node, n, { reason });
+        }),
+    );
+    fromNode(
+      'fleet_ratelimit_events_written_total',
+      'Limit events written to Redis: one per key id, class, window name, route class and window, counting its refusals.',
+      (src) => src.events?.stats.written ?? 0,
+    );
+    fromNode(
+      'fleet_ratelimit_events_evicted_total',
+      "Stored limit events this node's writes trimmed off the stream to hold its byte budget (redis.events.maxBytes), before their retention age.",
+      (src) => src.events?.stats.evicted ?? 0,
+    );
     counter(
       'fleet_ratelimit_bus_rejections_total',
       'Bus entries and messages rejected: version, secret, mac, malformed, fold (could not be applied), stale_owner (from a deposed owner).',
@@ -179,17 +162,13 @@ class ProcessMetrics {
       ['reason'],
       (c) => each((src, node) => Object.entries(src.policyRejections?.() ?? {}).forEach(([reason, n]) => mirror(c, node, n, { reason }))),
     );
-    counter(
-      'fleet_ratelimit_fast_path_asks_total',
-      'Asks sent to remote shard owners, by how they travelled: direct (the TCP channel) or redis (pub/sub, the fallback).',
-      ['transport'],
-      (c) =>
-        each((src, node) => {
-          const bus = src.bus?.counters;
-          if (bus === undefined) return;
-          mirror(c, node, bus.asksDirect, { transport: 'direct' });
-          mirror(c, node, bus.asksSent - bus.asksDirect, { transport: 'redis' });
-        }),
+    counter('fleet_ratelimit_fast_path_asks_total', 'Asks sent to remote shard owners, by how they travelled: direct (the TCP channel) or redis (pub/sub, the fallback).', ['transport'], (c) =>
+      each((src, node) => {
+        const bus = src.bus?.counters;
+        if (bus === undefined) return;
+        mirror(c, node, bus.asksDirect, { transport: 'direct' });
+        mirror(c, node, bus.asksSent - bus.asksDirect, { transport: 'redis' });
+      }),
     );
     fromNode(
       'fleet_ratelimit_grants_withheld_total',
@@ -202,8 +181,14 @@ class ProcessMetrics {
     gauge('fleet_ratelimit_event_loop_lag_seconds', "Worst lateness of this process's event loop since the last scrape (its timer, due every 10 ms).", [], (g) =>
       each((src, node) => g.set({ node }, src.loop.takeWorstLag() / 1000)),
     );
-    fromNode('fleet_ratelimit_event_loop_stalled_seconds_total', "Time this process's event loop was stalled (over 5 ms late): not counted as owner or Redis silence.", (src) => src.loop.stalledMs / 1000);
-    gauge('fleet_ratelimit_degraded', '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', [], (g) => each((src, node) => g.set({ node }, src.node.degraded ? 1 : 0)));
+    fromNode(
+      'fleet_ratelimit_event_loop_stalled_seconds_total',
+      "Time this process's event loop was stalled (over 5 ms late): not counted as owner or Redis silence.",
+      (src) => src.loop.stalledMs / 1000,
+    );
+    gauge('fleet_ratelimit_degraded', '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', [], (g) =>
+      each((src, node) => g.set({ node }, src.node.degraded ? 1 : 0)),
+    );
     gauge(
       'fleet_ratelimit_lease_credit',
       'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance). In a fleet of one: the requests counted.',

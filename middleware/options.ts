@@ -155,7 +155,9 @@ const schema = Joi.object({
   bus: Joi.object(),
   redis: Joi.object({
     url: Joi.string().uri({ scheme: ['redis', 'rediss'] }),
-    clusterNodes: Joi.array().items(Joi.string().uri({ scheme: ['redis', 'rediss'] })).min(1),
+    clusterNodes: Joi.array()
+      .items(Joi.string().uri({ scheme: ['redis', 'rediss'] }))
+      .min(1),
     username: Joi.string(),
     password: Joi.string(),
     tls: Joi.alternatives(Joi.boolean(), Joi.object()),

@@ -29,13 +29,7 @@ export function denialHeaders(res: Response, entry: CatalogEntry, correlationId:
  * Writes an RFC 9457 problem response for a denial. The body names the catalog code, the denying
  * window (429 only) and the correlation id — never a limit, a count, or anything about another tenant.
  */
-export function sendProblem(
-  res: Response,
-  entry: CatalogEntry,
-  correlationId: string,
-  window?: string,
-  retry?: RetryHeaders,
-): void {
+export function sendProblem(res: Response, entry: CatalogEntry, correlationId: string, window?: string, retry?: RetryHeaders): void {
   denialHeaders(res, entry, correlationId, retry);
   res.setHeader('Content-Type', 'application/problem+json');
   const body: Record<string, string | number> = { type: entry.type, title: entry.title, status: entry.status, error: entry.code };

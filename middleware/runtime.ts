@@ -56,7 +56,10 @@ export class Runtime {
     let redisBus: RedisBus | undefined;
     try {
       // A fleet of one (no Redis, no bus given) decides against counts of its own: nothing to lease.
-      redisBus = cfg.bus !== undefined || cfg.redis === undefined ? undefined : new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop });
+      redisBus =
+        cfg.bus !== undefined || cfg.redis === undefined
+          ? undefined
+          : new RedisBus({ ...cfg.redis, shards: cfg.shards, roundMs: cfg.roundMs, degradedAfterMs: cfg.degradedAfterMs, clock, logger, loop: this.loop });
       this.bus = cfg.bus ?? redisBus;
     } catch (err) {
       // ioredis missing, say: nothing may be left running.
@@ -88,7 +91,17 @@ export class Runtime {
   /** What the admin API's health view shows of this node (A2). */
   status(nowMs: number): NodeStatus {
     const node = this.node;
-    return { degraded: node.degraded, foldAgeMs: node.longestSilenceMs(), enforcing: this.state.enforcing, policyVersion: this.state.policyVersion, buckets: node.buckets.size, leases: this.leases(nowMs), eventsDropped: this.events?.dropped ?? 0, release: RELEASE, schemaVersion: SCHEMA_VERSION };
+    return {
+      degraded: node.degraded,
+      foldAgeMs: node.longestSilenceMs(),
+      enforcing: this.state.enforcing,
+      policyVersion: this.state.policyVersion,
+      buckets: node.buckets.size,
+      leases: this.leases(nowMs),
+      eventsDropped: this.events?.dropped ?? 0,
+      release: RELEASE,
+      schemaVersion: SCHEMA_VERSION,
+    };
   }
 
   /** Stops the timers, flushes the event log and closes every connection the runtime opened; idempotent. */

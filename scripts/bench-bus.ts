@@ -26,7 +26,8 @@ import { startRedis } from './redis-server.js';
  * redis-server. The first 2 s are warm-up.
  */
 
-const USAGE = 'usage: npm run bench:bus -- [--nodes 3] [--keys 1000] [--limit 10] [--duration 12] [--rate REQ_PER_NODE_PER_S] [--burners 0] [--transport direct|redis] [--deadline-ms 1] [--redis redis://host:port]';
+const USAGE =
+  'usage: npm run bench:bus -- [--nodes 3] [--keys 1000] [--limit 10] [--duration 12] [--rate REQ_PER_NODE_PER_S] [--burners 0] [--transport direct|redis] [--deadline-ms 1] [--redis redis://host:port]';
 const WINDOW_MS = 1000;
 const WARM_UP_MS = 2000;
 const OFFERED = 1.2;
@@ -70,8 +71,20 @@ function keyIdOf(i: number): string {
 /** One node: join, offer load for the duration, send the counts to the parent. */
 async function child(s: Settings & { redis: string; index: number; startAt: number }): Promise<void> {
   const nodeId = `bench-${s.index + 1}`;
-  const bus = new RedisBus({ url: s.redis, prefix: 'bench', busSecret: { versions: [{ version: 'b1', secret: 'bench-bus-secret-0123' }] }, shards: 64, roundMs: 25, degradedAfterMs: 30_000, ...(s.transport === 'redis' ? { fastPath: false as const } : {}) });
-  const { node, owner } = joinFleet(bus, { nodeId, nodeEpoch: randomUUID(), shards: 64, maxBuckets: 50_000, roundMs: 25, fastPathDeadlineMs: s.deadlineMs, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 }, systemClock);
+  const bus = new RedisBus({
+    url: s.redis,
+    prefix: 'bench',
+    busSecret: { versions: [{ version: 'b1', secret: 'bench-bus-secret-0123' }] },
+    shards: 64,
+    roundMs: 25,
+    degradedAfterMs: 30_000,
+    ...(s.transport === 'redis' ? { fastPath: false as const } : {}),
+  });
+  const { node, owner } = joinFleet(
+    bus,
+    { nodeId, nodeEpoch: randomUUID(), shards: 64, maxBuckets: 50_000, roundMs: 25, fastPathDeadlineMs: s.deadlineMs, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 },
+    systemClock,
+  );
   const rounds = setInterval(() => {
     node.endRound();
     owner.sweep(Date.now());
@@ -149,7 +162,10 @@ async function child(s: Settings & { redis: string; index: number; startAt: numb
 }
 
 function percentile(values: number[], q: number): number {
-  return quantile([...values].sort((a, b) => a - b), q);
+  return quantile(
+    [...values].sort((a, b) => a - b),
+    q,
+  );
 }
 
 async function parent(s: Settings): Promise<void> {
@@ -162,12 +178,14 @@ async function parent(s: Settings): Promise<void> {
   const burners = startBurners(s.burners, s.durationMs + 1500);
   const script = fileURLToPath(import.meta.url);
   const reports = await Promise.all(
-    Array.from({ length: s.nodes }, (_, index) =>
-      new Promise<ChildReport>((resolve, reject) => {
-        const c = fork(script, ['--child', JSON.stringify({ ...s, redis: url, index, startAt })], { stdio: 'inherit' });
-        c.once('message', (m) => resolve(m as ChildReport));
-        c.once('exit', (code) => code !== 0 && reject(new Error(`node ${index + 1} exited with ${code}`)));
-      }),
+    Array.from(
+      { length: s.nodes },
+      (_, index) =>
+        new Promise<ChildReport>((resolve, reject) => {
+          const c = fork(script, ['--child', JSON.stringify({ ...s, redis: url, index, startAt })], { stdio: 'inherit' });
+          c.once('message', (m) => resolve(m as ChildReport));
+          c.once('exit', (code) => code !== 0 && reject(new Error(`node ${index + 1} exited with ${code}`)));
+        }),
     ),
   );
   for (const b of burners) b.kill();
@@ -207,13 +225,51 @@ async function parent(s: Settings): Promise<void> {
   const rows: Array<[string, string]> = [
     ['nodes × keys', `${s.nodes} × ${s.keys} (limit ${s.limit} per 1 s window, ${s.rate === undefined ? `offered ${OFFERED}×` : `${s.rate} requests per node per s`})`],
     ['CPU burners beside', String(s.burners)],
-    ['fast-path transport', s.transport === 'direct' ? `direct TCP (${pct(sum((r) => r.bus.asksDirect), sum((r) => r.bus.asksSent))} % of asks; the rest over Redis)` : 'Redis pub/sub'],
+    [
+      'fast-path transport',
+      s.transport === 'direct'
+        ? `direct TCP (${pct(
+            sum((r) => r.bus.asksDirect),
+            sum((r) => r.bus.asksSent),
+          )} % of asks; the rest over Redis)`
+        : 'Redis pub/sub',
+    ],
     ['requests per node per s', (requests / s.nodes / seconds).toFixed(0)],
-    ['fast path % of requests', pct(sum((r) => r.fastPath), requests)],
-    [`fast-path asks that missed ${s.deadlineMs} ms`, pct(sum((r) => r.fastPathTimeouts), sum((r) => r.bus.asksSent))],
-    ['fast-path rtt p50 / p99 ms', `${percentile(reports.map((r) => r.rtt.p50), 0.5).toFixed(3)} / ${Math.max(...reports.map((r) => r.rtt.p99)).toFixed(3)}`],
-    ['event-loop delay p50 / p99 ms', `${percentile(reports.map((r) => r.loop.p50), 0.5).toFixed(3)} / ${Math.max(...reports.map((r) => r.loop.p99)).toFixed(3)}`],
-    ['CPU per node, ms per s', percentile(reports.map((r) => r.cpuMsPerS), 0.5).toFixed(0)],
+    [
+      'fast path % of requests',
+      pct(
+        sum((r) => r.fastPath),
+        requests,
+      ),
+    ],
+    [
+      `fast-path asks that missed ${s.deadlineMs} ms`,
+      pct(
+        sum((r) => r.fastPathTimeouts),
+        sum((r) => r.bus.asksSent),
+      ),
+    ],
+    [
+      'fast-path rtt p50 / p99 ms',
+      `${percentile(
+        reports.map((r) => r.rtt.p50),
+        0.5,
+      ).toFixed(3)} / ${Math.max(...reports.map((r) => r.rtt.p99)).toFixed(3)}`,
+    ],
+    [
+      'event-loop delay p50 / p99 ms',
+      `${percentile(
+        reports.map((r) => r.loop.p50),
+        0.5,
+      ).toFixed(3)} / ${Math.max(...reports.map((r) => r.loop.p99)).toFixed(3)}`,
+    ],
+    [
+      'CPU per node, ms per s',
+      percentile(
+        reports.map((r) => r.cpuMsPerS),
+        0.5,
+      ).toFixed(0),
+    ],
     ['bus messages per node per s', (messages / s.nodes / seconds).toFixed(0)],
     ['  of which report entries', (sum((r) => r.bus.reportsSent) / s.nodes / seconds).toFixed(0)],
     ['control rounds per node per s', (rounds / s.nodes / seconds).toFixed(1)],
@@ -224,7 +280,13 @@ async function parent(s: Settings): Promise<void> {
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   process.stdout.write(
-    [`bus benchmark: real processes over Redis (${s.redis === undefined ? 'private redis-server' : url}), ${s.durationMs / 1000} s, first 2 s warm-up`, `command: npm run bench:bus -- ${process.argv.slice(2).join(' ')}`, '', ...rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`), ''].join('\n'),
+    [
+      `bus benchmark: real processes over Redis (${s.redis === undefined ? 'private redis-server' : url}), ${s.durationMs / 1000} s, first 2 s warm-up`,
+      `command: npm run bench:bus -- ${process.argv.slice(2).join(' ')}`,
+      '',
+      ...rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`),
+      '',
+    ].join('\n'),
   );
 }
 
@@ -241,7 +303,21 @@ async function commandStats(r: Redis): Promise<Record<string, number>> {
 function main(): void {
   let v;
   try {
-    v = parseArgs({ options: { nodes: { type: 'string' }, keys: { type: 'string' }, limit: { type: 'string' }, duration: { type: 'string' }, rate: { type: 'string' }, burners: { type: 'string' }, transport: { type: 'string' }, 'deadline-ms': { type: 'string' }, redis: { type: 'string' }, child: { type: 'string' } }, strict: true }).values;
+    v = parseArgs({
+      options: {
+        nodes: { type: 'string' },
+        keys: { type: 'string' },
+        limit: { type: 'string' },
+        duration: { type: 'string' },
+        rate: { type: 'string' },
+        burners: { type: 'string' },
+        transport: { type: 'string' },
+        'deadline-ms': { type: 'string' },
+        redis: { type: 'string' },
+        child: { type: 'string' },
+      },
+      strict: true,
+    }).values;
   } catch (err) {
     process.stderr.write(`bench:bus: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);

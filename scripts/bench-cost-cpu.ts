@@ -25,7 +25,12 @@ export interface CpuOptions {
   warmupSeconds: number;
 }
 
-export interface CpuRun { usPerRequest: number; requests: number; achievedRate: number; non2xx: number }
+export interface CpuRun {
+  usPerRequest: number;
+  requests: number;
+  achievedRate: number;
+  non2xx: number;
+}
 
 export interface CpuRow {
   variant: CostVariant;
@@ -61,12 +66,17 @@ const median = (xs: readonly number[]): number => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 
-interface Target { servers: CostServer[]; row: CpuRow }
+interface Target {
+  servers: CostServer[];
+  row: CpuRow;
+}
 
 /** Three fleet members over one Redis (a private redis-server unless REDIS_URL is set); the first is loaded. */
 async function startFleet(redis: RedisProcess): Promise<CostServer[]> {
   const fleet = {
-    redisUrl: redis.url, keyHashSecret: randomBytes(32).toString('base64url'), busSecret: randomBytes(32).toString('base64url'),
+    redisUrl: redis.url,
+    keyHashSecret: randomBytes(32).toString('base64url'),
+    busSecret: randomBytes(32).toString('base64url'),
     prefix: `bench-cost-${process.pid}-${Date.now()}`,
   };
   const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', fleet: { ...fleet, nodeId: `cost-${i}` } })));
@@ -82,8 +92,17 @@ async function startFleet(redis: RedisProcess): Promise<CostServer[]> {
 export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Promise<CpuResult> {
   const targets: Target[] = [];
   let redis: RedisProcess | undefined;
-  const empty = (variant: CostVariant, skipped?: string): CpuRow =>
-    ({ variant, usPerRequest: null, spreadPct: null, overBarePct: null, overBarePerRoundPct: [], runs: [], non2xx: 0, statuses: {}, ...(skipped ? { skipped } : {}) });
+  const empty = (variant: CostVariant, skipped?: string): CpuRow => ({
+    variant,
+    usPerRequest: null,
+    spreadPct: null,
+    overBarePct: null,
+    overBarePerRoundPct: [],
+    runs: [],
+    non2xx: 0,
+    statuses: {},
+    ...(skipped ? { skipped } : {}),
+  });
   try {
     for (const variant of VARIANTS) {
       if (variant !== 'fleet') {
@@ -135,8 +154,11 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
       if (t.row.variant === 'limiter' || t.row.variant === 'fleet') t.row.stats = await t.servers[0]!.stats().catch(() => undefined);
     }
     return {
-      options: o, clockTicksPerSecond: ticksPerSecond(), rows: targets.map((t) => t.row),
-      fleet: `3 processes running rateLimiter({ redis }) over ${redis === undefined ? '(not started)' : redis.external ? 'REDIS_URL' : 'a private redis-server'}, ` +
+      options: o,
+      clockTicksPerSecond: ticksPerSecond(),
+      rows: targets.map((t) => t.row),
+      fleet:
+        `3 processes running rateLimiter({ redis }) over ${redis === undefined ? '(not started)' : redis.external ? 'REDIS_URL' : 'a private redis-server'}, ` +
         `default timing; load on the first only, ${o.keys} keys in turn; its CPU includes its bus work (owning about a third of the shards, asking the others for the rest)`,
     };
   } finally {

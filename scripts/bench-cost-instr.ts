@@ -33,15 +33,20 @@ export interface InstrOptions {
 
 /** The counted servers: each variant with one key, and the limiter and peers also with a fresh key per request. */
 export const INSTR_RUNS: ReadonlyArray<{ variant: CostVariant; keys: 'one' | 'fresh' }> = [
-  { variant: 'bare', keys: 'one' }, { variant: 'noop', keys: 'one' },
-  { variant: 'limiter', keys: 'one' }, { variant: 'limiter', keys: 'fresh' },
-  { variant: 'express-rate-limit', keys: 'one' }, { variant: 'express-rate-limit', keys: 'fresh' },
-  { variant: 'rlf-memory', keys: 'one' }, { variant: 'rlf-memory', keys: 'fresh' },
+  { variant: 'bare', keys: 'one' },
+  { variant: 'noop', keys: 'one' },
+  { variant: 'limiter', keys: 'one' },
+  { variant: 'limiter', keys: 'fresh' },
+  { variant: 'express-rate-limit', keys: 'one' },
+  { variant: 'express-rate-limit', keys: 'fresh' },
+  { variant: 'rlf-memory', keys: 'one' },
+  { variant: 'rlf-memory', keys: 'fresh' },
 ];
 
 /** Node's flags for the server under callgrind (see `nodeFlagsWhy`). */
 export const NODE_FLAGS = ['--expose-gc', '--single-threaded', '--initial-old-space-size=256'];
-const NODE_FLAGS_WHY = '--single-threaded: V8 compiles and collects on the main thread, so no background thread shifts work between batches ' +
+const NODE_FLAGS_WHY =
+  '--single-threaded: V8 compiles and collects on the main thread, so no background thread shifts work between batches ' +
   '(callgrind counts every thread either way); --initial-old-space-size=256: no major GC inside a 1,000-request batch, whose ' +
   'one-off cost would swamp it (major GC is in the CPU-time figure); a minor GC before each batch, so each starts with an empty young generation';
 const VALGRIND_FLAGS = ['--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file'];
@@ -82,7 +87,11 @@ const round = (x: number, d = 2): number => Math.round(x * 10 ** d) / 10 ** d;
 
 /** Why callgrind cannot be used here, or undefined when valgrind and callgrind_control both run. */
 export function callgrindMissing(): string | undefined {
-  for (const [cmd, arg] of [['valgrind', '--version'], ['callgrind_control', '-h'], ['vgdb', '--help']] as const) {
+  for (const [cmd, arg] of [
+    ['valgrind', '--version'],
+    ['callgrind_control', '-h'],
+    ['vgdb', '--help'],
+  ] as const) {
     const r = spawnSync(cmd, [arg], { stdio: 'ignore' });
     if (r.error) return `${cmd} not found (${(r.error as NodeJS.ErrnoException).code ?? r.error.message}): instruction counts skipped`;
   }
@@ -94,10 +103,13 @@ export function scaledTiming(scale: number): InstrResult['limiterTiming'] {
   const roundMs = Math.min(1000, 25 * scale);
   const fastPathDeadlineMs = Math.min(100, 1 * scale);
   return {
-    roundMs, fastPathDeadlineMs, windowsMs: [1000 * scale, 60_000 * scale],
-    note: `the limiter's clock-driven work scaled by ${scale} (rounds 25 ms → ${roundMs} ms, the most its options allow; ` +
+    roundMs,
+    fastPathDeadlineMs,
+    windowsMs: [1000 * scale, 60_000 * scale],
+    note:
+      `the limiter's clock-driven work scaled by ${scale} (rounds 25 ms → ${roundMs} ms, the most its options allow; ` +
       `fast-path deadline 1 → ${fastPathDeadlineMs} ms; windows 1 s and 60 s → ${scale} s and ${60 * scale} s), since a request ` +
-      'under callgrind takes that much longer; requestsPerRound shows how many requests shared a round\'s work',
+      "under callgrind takes that much longer; requestsPerRound shows how many requests shared a round's work",
   };
 }
 
@@ -108,7 +120,9 @@ async function control(pid: number, ...args: string[]): Promise<void> {
 
 /** Total Ir of the newest dump of `pid` in `dir` (cg.<pid>.<n>). */
 function lastDumpIr(dir: string, pid: number): number {
-  const dumps = readdirSync(dir).filter((f) => f.startsWith(`cg.${pid}.`)).sort((a, b) => Number(a.split('.')[2]) - Number(b.split('.')[2]));
+  const dumps = readdirSync(dir)
+    .filter((f) => f.startsWith(`cg.${pid}.`))
+    .sort((a, b) => Number(a.split('.')[2]) - Number(b.split('.')[2]));
   const last = dumps.at(-1);
   if (last === undefined) throw new Error(`callgrind wrote no dump for pid ${pid}`);
   const totals = /^totals:\s+(\d+)/m.exec(readFileSync(join(dir, last), 'utf8'));
@@ -149,10 +163,17 @@ async function countOne(spec: (typeof INSTR_RUNS)[number], o: InstrOptions, dir:
     const stats = limiter ? await server.stats() : undefined;
     const lastTwo = batches.slice(-2);
     return {
-      variant: spec.variant, keys: spec.keys, irPerRequest: Math.round((lastTwo[0]! + lastTwo[1]!) / 2), batches: batches.map(Math.round),
-      lastTwoSpreadPct: round(spread(batches)), converged: spread(batches) <= o.tolerancePct, msPerRequest: round(ms),
+      variant: spec.variant,
+      keys: spec.keys,
+      irPerRequest: Math.round((lastTwo[0]! + lastTwo[1]!) / 2),
+      batches: batches.map(Math.round),
+      lastTwoSpreadPct: round(spread(batches)),
+      converged: spread(batches) <= o.tolerancePct,
+      msPerRequest: round(ms),
       requestsPerRound: limiter ? round(timing.roundMs / ms, 1) : null,
-      non2xx: Object.entries(statuses).reduce((s, [k, v]) => s + (k === '200' ? 0 : v), 0), statuses, ...(stats ? { stats } : {}),
+      non2xx: Object.entries(statuses).reduce((s, [k, v]) => s + (k === '200' ? 0 : v), 0),
+      statuses,
+      ...(stats ? { stats } : {}),
     };
   } finally {
     agent.destroy();
@@ -175,10 +196,13 @@ export async function instructionCounts(o: InstrOptions, log: (m: string) => voi
     for (const spec of INSTR_RUNS) runs.push(await countOne(spec, o, dir, log));
     return {
       tool: `valgrind ${VALGRIND_FLAGS.join(' ')}; callgrind_control -i on/off around each batch, -d after it`,
-      nodeFlags: NODE_FLAGS, nodeFlagsWhy: NODE_FLAGS_WHY, options: o,
+      nodeFlags: NODE_FLAGS,
+      nodeFlagsWhy: NODE_FLAGS_WHY,
+      options: o,
       keysOne: 'one API key for every request (the limiter holds credit for it after the first)',
       keysFresh: 'a fresh API key per request, never sent before (every request a first sight: key id, bucket and ledger created)',
-      limiterTiming: scaledTiming(o.timeScale), runs,
+      limiterTiming: scaledTiming(o.timeScale),
+      runs,
     };
   } finally {
     rmSync(dir, { recursive: true, force: true });

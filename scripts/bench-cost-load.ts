@@ -84,7 +84,7 @@ export async function paced(port: number, rate: number, seconds: number, keys: n
   };
   const t0 = performance.now();
   try {
-    for (let sent = 0; sent < total; ) {
+    for (let sent = 0; sent < total;) {
       const due = Math.min(total, Math.floor(((performance.now() - t0) * rate) / 1000) + 1);
       while (sent < due) send(sent++);
       await new Promise((r) => setTimeout(r, 1));

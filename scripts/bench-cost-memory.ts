@@ -20,13 +20,29 @@ import { apiKey, benchIdentity, HUGE, hugePolicy, rlfMiddleware } from './bench-
  * A reading counts ArrayBuffer memory as well as the heap (`settle`).
  */
 
-export interface KeyMemoryRow { what: string; bytesPerKey: number; keys: number }
-export interface KeyMemoryResult { keys: number; windowMs: number; note: string; rows: KeyMemoryRow[] }
+export interface KeyMemoryRow {
+  what: string;
+  bytesPerKey: number;
+  keys: number;
+}
+export interface KeyMemoryResult {
+  keys: number;
+  windowMs: number;
+  note: string;
+  rows: KeyMemoryRow[];
+}
 
 const WINDOW_MS = 60_000;
-const res = { setHeader() {}, statusCode: 200, headersSent: false, status() { return this; }, json() {} } as unknown as Response;
-const fakeReq = (key: string): Request =>
-  ({ headers: { 'x-api-key': key }, socket: { remoteAddress: '127.0.0.1' }, ip: '127.0.0.1', path: '/api/hello', method: 'GET' }) as unknown as Request;
+const res = {
+  setHeader() {},
+  statusCode: 200,
+  headersSent: false,
+  status() {
+    return this;
+  },
+  json() {},
+} as unknown as Response;
+const fakeReq = (key: string): Request => ({ headers: { 'x-api-key': key }, socket: { remoteAddress: '127.0.0.1' }, ip: '127.0.0.1', path: '/api/hello', method: 'GET' }) as unknown as Request;
 
 /** Calls a middleware and settles when it calls next() (or fails if it answers instead). */
 const call = (mw: RequestHandler, req: Request): Promise<void> =>
@@ -53,7 +69,13 @@ async function perKey(what: string, keys: number, build: () => { mw: RequestHand
 export async function keyMemory(keys: number): Promise<KeyMemoryResult> {
   const rows = [
     await perKey('fleet-ratelimit standalone', keys, () => {
-      const limiter = rateLimiter({ policy: hugePolicy([WINDOW_MS]), identify: benchIdentity, logger: pino({ level: 'silent' }), maxBuckets: Math.max(keys + 16, 50_000), clock: new FakeClock(Date.now()) });
+      const limiter = rateLimiter({
+        policy: hugePolicy([WINDOW_MS]),
+        identify: benchIdentity,
+        logger: pino({ level: 'silent' }),
+        maxBuckets: Math.max(keys + 16, 50_000),
+        clock: new FakeClock(Date.now()),
+      });
       return { mw: limiter as RequestHandler, close: () => limiter.close() };
     }),
     await perKey('express-rate-limit memory', keys, () => ({
@@ -62,8 +84,11 @@ export async function keyMemory(keys: number): Promise<KeyMemoryResult> {
     await perKey('rate-limiter-flexible memory', keys, () => ({ mw: rlfMiddleware(new RateLimiterMemory({ points: HUGE, duration: WINDOW_MS / 1000 })) })),
   ];
   return {
-    keys, windowMs: WINDOW_MS, rows,
-    note: 'growth of heap + ArrayBuffer memory after GC over the keys, each key one request through the middleware; the middleware\'s own fixed cost left out; ' +
+    keys,
+    windowMs: WINDOW_MS,
+    rows,
+    note:
+      "growth of heap + ArrayBuffer memory after GC over the keys, each key one request through the middleware; the middleware's own fixed cost left out; " +
       'for this limiter its key-id cache (16,384 entries at most), key map and counts included',
   };
 }

@@ -95,7 +95,10 @@ export function startCostServer(cfg: CostServerConfig, launch: LaunchOptions = {
   });
   return Promise.race([ready, died]).then(
     (m) => ({
-      child, port: m.port, pid: child.pid!, stop,
+      child,
+      port: m.port,
+      pid: child.pid!,
+      stop,
       gc: async () => {
         child.send({ type: 'gc' });
         await waitFor('gc-done', 120_000);
@@ -137,7 +140,11 @@ async function main(cfg: CostServerConfig): Promise<void> {
       const f = cfg.fleet;
       if (f === undefined) throw new Error('the fleet variant needs its fleet settings');
       limiter = rateLimiter({
-        policy, identify: benchIdentity, logger: pino({ level: 'warn' }), nodeId: f.nodeId, ...timing,
+        policy,
+        identify: benchIdentity,
+        logger: pino({ level: 'warn' }),
+        nodeId: f.nodeId,
+        ...timing,
         keyHash: { versions: [{ version: 'v1', secret: f.keyHashSecret }] },
         redis: { url: f.redisUrl, prefix: f.prefix, busSecret: { versions: [{ version: 'b1', secret: f.busSecret }] } },
       });

@@ -24,9 +24,15 @@ export interface CostFlags {
 
 /** parseArgs options of the cost flags, for bench.ts's parser. */
 export const COST_OPTIONS = {
-  'skip-cost': { type: 'boolean' }, 'cost-only': { type: 'boolean' }, 'skip-callgrind': { type: 'boolean' },
-  'cost-rate': { type: 'string' }, 'cost-seconds': { type: 'string' }, 'cost-rounds': { type: 'string' },
-  'instr-warmup': { type: 'string' }, 'instr-requests': { type: 'string' }, 'instr-batches': { type: 'string' },
+  'skip-cost': { type: 'boolean' },
+  'cost-only': { type: 'boolean' },
+  'skip-callgrind': { type: 'boolean' },
+  'cost-rate': { type: 'string' },
+  'cost-seconds': { type: 'string' },
+  'cost-rounds': { type: 'string' },
+  'instr-warmup': { type: 'string' },
+  'instr-requests': { type: 'string' },
+  'instr-batches': { type: 'string' },
 } as const;
 
 export const COST_USAGE = `       [--skip-cost | --cost-only] [--skip-callgrind] [--cost-rate R] [--cost-seconds S] [--cost-rounds N]
@@ -39,7 +45,9 @@ type Raw = Partial<Record<keyof typeof COST_OPTIONS, string | boolean>>;
 export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFlags {
   const str = (k: keyof typeof COST_OPTIONS): string | undefined => v[k] as string | undefined;
   const f: CostFlags = {
-    skip: v['skip-cost'] === true, only: v['cost-only'] === true, skipCallgrind: v['skip-callgrind'] === true,
+    skip: v['skip-cost'] === true,
+    only: v['cost-only'] === true,
+    skipCallgrind: v['skip-callgrind'] === true,
     rate: num('cost-rate', str('cost-rate'), 1500, 100, 20_000, true),
     seconds: num('cost-seconds', str('cost-seconds'), 10, 2, 600, false),
     rounds: num('cost-rounds', str('cost-rounds'), 3, 1, 20, true),
@@ -77,8 +85,7 @@ export interface Cost {
   memory: KeyMemoryResult;
 }
 
-const pct = (x: number | null | undefined, base: number | null | undefined): number | null =>
-  x == null || base == null || base === 0 ? null : Math.round(((x - base) / base) * 1000) / 10;
+const pct = (x: number | null | undefined, base: number | null | undefined): number | null => (x == null || base == null || base === 0 ? null : Math.round(((x - base) / base) * 1000) / 10);
 
 function summarize(instr: Cost['instructions'], cpu: CpuResult, mem: KeyMemoryResult): CostSummary {
   const runs = 'runs' in instr ? instr.runs : [];
@@ -87,17 +94,24 @@ function summarize(instr: Cost['instructions'], cpu: CpuResult, mem: KeyMemoryRe
   const bytes = (what: string): number | null => mem.rows.find((r) => r.what.startsWith(what))?.bytesPerKey ?? null;
   const bareIr = ir('bare', 'one');
   const peer = (variant: CostVariant, memName: string | undefined): CostSummary['beside'][string] => ({
-    instrOverBarePct: pct(ir(variant, 'one'), bareIr), instrFirstSightOverBarePct: pct(ir(variant, 'fresh'), bareIr),
-    cpuOverBarePct: cpuOver(variant), bytesPerKey: memName === undefined ? null : bytes(memName),
+    instrOverBarePct: pct(ir(variant, 'one'), bareIr),
+    instrFirstSightOverBarePct: pct(ir(variant, 'fresh'), bareIr),
+    cpuOverBarePct: cpuOver(variant),
+    bytesPerKey: memName === undefined ? null : bytes(memName),
   });
   const refusals: Record<string, number> = {};
   for (const r of runs) refusals[`${r.variant} (callgrind, ${r.keys === 'one' ? 'one key' : 'fresh keys'})`] = r.non2xx;
   for (const r of cpu.rows) if (!r.skipped) refusals[`${r.variant} (cpu, ${cpu.options.keys} keys)`] = r.non2xx;
   return {
-    instrOverBarePct: pct(ir('limiter', 'one'), bareIr), instrFirstSightOverBarePct: pct(ir('limiter', 'fresh'), bareIr),
-    cpuOverBarePct: cpuOver('limiter'), fleetCpuOverBarePct: cpuOver('fleet'), bytesPerKey: bytes('fleet-ratelimit'),
+    instrOverBarePct: pct(ir('limiter', 'one'), bareIr),
+    instrFirstSightOverBarePct: pct(ir('limiter', 'fresh'), bareIr),
+    cpuOverBarePct: cpuOver('limiter'),
+    fleetCpuOverBarePct: cpuOver('fleet'),
+    bytesPerKey: bytes('fleet-ratelimit'),
     beside: {
-      noop: peer('noop', undefined), 'express-rate-limit': peer('express-rate-limit', 'express-rate-limit'), 'rlf-memory': peer('rlf-memory', 'rate-limiter-flexible'),
+      noop: peer('noop', undefined),
+      'express-rate-limit': peer('express-rate-limit', 'express-rate-limit'),
+      'rlf-memory': peer('rlf-memory', 'rate-limiter-flexible'),
     },
     refusals,
   };
@@ -116,8 +130,7 @@ export async function measureCost(f: CostFlags, memoryKeys: number, log: (m: str
     instructions = { skipped: missing };
   } else {
     try {
-      instructions = await instructionCounts(
-        { warmup: f.instrWarmup, perBatch: f.instrRequests, maxBatches: f.instrBatches, tolerancePct: 2, timeScale: 40 }, log);
+      instructions = await instructionCounts({ warmup: f.instrWarmup, perBatch: f.instrRequests, maxBatches: f.instrBatches, tolerancePct: 2, timeScale: 40 }, log);
     } catch (err) {
       const reason = `callgrind failed: ${(err as Error).message.split('\n')[0]}`;
       log(`instructions: ${reason}`);
@@ -132,8 +145,11 @@ export async function measureCost(f: CostFlags, memoryKeys: number, log: (m: str
 
 /** The issue's targets for the cost figures, as bench.ts's target rows. */
 export function costTargets(s: CostSummary | undefined): Array<{ name: string; value: number | null; pass: boolean | null }> {
-  const row = (name: string, value: number | null | undefined, max: number): { name: string; value: number | null; pass: boolean | null } =>
-    ({ name, value: value ?? null, pass: value == null ? null : value <= max });
+  const row = (name: string, value: number | null | undefined, max: number): { name: string; value: number | null; pass: boolean | null } => ({
+    name,
+    value: value ?? null,
+    pass: value == null ? null : value <= max,
+  });
   return [
     row('instructions over bare, held credit <= +6 %', s?.instrOverBarePct, 6),
     row('instructions over bare, first sight <= +10 %', s?.instrFirstSightOverBarePct, 10),
@@ -150,30 +166,69 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   if ('skipped' in c.instructions) out.push(`Instructions per request: skipped: ${c.instructions.skipped}`);
   else {
     const i = c.instructions;
-    out.push(`Instructions per request under callgrind (whole server process): ${i.options.warmup} warm-up, then batches of ${i.options.perBatch} ` +
-      `sequential keep-alive requests, at least 3, until the last two agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last two`,
-    `  node ${i.nodeFlags.join(' ')}; ${i.limiterTiming.note}; bare under callgrind ~${c.callgrindSlowdown ?? '?'}x its native CPU time per request`);
+    out.push(
+      `Instructions per request under callgrind (whole server process): ${i.options.warmup} warm-up, then batches of ${i.options.perBatch} ` +
+        `sequential keep-alive requests, at least 3, until the last two agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last two`,
+      `  node ${i.nodeFlags.join(' ')}; ${i.limiterTiming.note}; bare under callgrind ~${c.callgrindSlowdown ?? '?'}x its native CPU time per request`,
+    );
     const bare = i.runs.find((r) => r.variant === 'bare')?.irPerRequest;
-    out.push(table([['variant', 'keys', 'M Ir/request', 'over bare', 'last-two spread', 'batches (M Ir/request)', 'req/round', 'non-2xx'],
-      ...i.runs.map((r) => [r.variant, r.keys === 'one' ? 'one' : 'fresh each', (r.irPerRequest / 1e6).toFixed(3), fmt(pct(r.irPerRequest, bare)),
-        `${r.lastTwoSpreadPct} %${r.converged ? '' : ' (not converged)'}`, r.batches.map((b) => (b / 1e6).toFixed(3)).join(' '), r.requestsPerRound, r.non2xx])]));
+    out.push(
+      table([
+        ['variant', 'keys', 'M Ir/request', 'over bare', 'last-two spread', 'batches (M Ir/request)', 'req/round', 'non-2xx'],
+        ...i.runs.map((r) => [
+          r.variant,
+          r.keys === 'one' ? 'one' : 'fresh each',
+          (r.irPerRequest / 1e6).toFixed(3),
+          fmt(pct(r.irPerRequest, bare)),
+          `${r.lastTwoSpreadPct} %${r.converged ? '' : ' (not converged)'}`,
+          r.batches.map((b) => (b / 1e6).toFixed(3)).join(' '),
+          r.requestsPerRound,
+          r.non2xx,
+        ]),
+      ]),
+    );
   }
   out.push('');
   const cpu = c.cpu;
-  out.push(`CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
-    `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`, `  fleet: ${cpu.fleet}`);
-  out.push(table([['variant', 'us/request', 'spread', 'over bare', 'per round', 'achieved req/s', 'non-2xx+err', 'statuses'],
-    ...cpu.rows.map((r) => (r.skipped ? [r.variant, 'skipped'] : [r.variant, r.usPerRequest, `${r.spreadPct} %`, fmt(r.overBarePct), r.overBarePerRoundPct.map((x) => fmt(x)).join(' '),
-      r.runs.map((x) => x.achievedRate).join(' '), r.non2xx, Object.entries(r.statuses).map(([k, v]) => `${k}:${v}`).join(' ')]))]));
+  out.push(
+    `CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
+      `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`,
+    `  fleet: ${cpu.fleet}`,
+  );
+  out.push(
+    table([
+      ['variant', 'us/request', 'spread', 'over bare', 'per round', 'achieved req/s', 'non-2xx+err', 'statuses'],
+      ...cpu.rows.map((r) =>
+        r.skipped
+          ? [r.variant, 'skipped']
+          : [
+              r.variant,
+              r.usPerRequest,
+              `${r.spreadPct} %`,
+              fmt(r.overBarePct),
+              r.overBarePerRoundPct.map((x) => fmt(x)).join(' '),
+              r.runs.map((x) => x.achievedRate).join(' '),
+              r.non2xx,
+              Object.entries(r.statuses)
+                .map(([k, v]) => `${k}:${v}`)
+                .join(' '),
+            ],
+      ),
+    ]),
+  );
   const fleet = cpu.rows.find((r) => r.variant === 'fleet');
   if (fleet?.skipped) out.push(`  fleet skipped: ${fleet.skipped}`);
   else if (fleet?.othersUsPerRequest) out.push(`  the two unloaded fleet members spent ${fleet.othersUsPerRequest.join(' and ')} us per request of the loaded one`);
   out.push('', `Heap per active key (${c.memory.keys} keys, one ${c.memory.windowMs / 1000} s window): ${c.memory.note}`);
   out.push(table([['middleware', 'bytes/key'], ...c.memory.rows.map((r) => [r.what, r.bytesPerKey])]), '');
   out.push('Cost summary (JSON: instrOverBarePct, instrFirstSightOverBarePct, cpuOverBarePct, fleetCpuOverBarePct, bytesPerKey; cost.summary.beside for the others)');
-  out.push(table([['', 'instr, held credit', 'instr, first sight', 'CPU at fixed rate', 'bytes/key'],
-    ['fleet-ratelimit', fmt(s.instrOverBarePct), fmt(s.instrFirstSightOverBarePct), `${fmt(s.cpuOverBarePct)} (fleet member ${fmt(s.fleetCpuOverBarePct)})`, s.bytesPerKey],
-    ...Object.entries(s.beside).map(([k, b]) => [k, fmt(b.instrOverBarePct), fmt(b.instrFirstSightOverBarePct), fmt(b.cpuOverBarePct), b.bytesPerKey])]));
+  out.push(
+    table([
+      ['', 'instr, held credit', 'instr, first sight', 'CPU at fixed rate', 'bytes/key'],
+      ['fleet-ratelimit', fmt(s.instrOverBarePct), fmt(s.instrFirstSightOverBarePct), `${fmt(s.cpuOverBarePct)} (fleet member ${fmt(s.fleetCpuOverBarePct)})`, s.bytesPerKey],
+      ...Object.entries(s.beside).map(([k, b]) => [k, fmt(b.instrOverBarePct), fmt(b.instrFirstSightOverBarePct), fmt(b.cpuOverBarePct), b.bytesPerKey]),
+    ]),
+  );
   const refused = Object.entries(s.refusals).filter(([, n]) => n > 0);
   out.push(refused.length ? `  REFUSED OR FAILED at a limit of 1e9: ${refused.map(([k, n]) => `${k}: ${n}`).join('; ')}` : '  no request refused or failed in any cost run', '');
   return out;

@@ -24,7 +24,13 @@ const USAGE = 'usage: npm run bench:huge -- [--nodes 1] [--windows 1000,60000] [
 const SECRET = 'bench-huge-key-hash-secret-0123456789ab';
 const BUS_SECRET = 'bench-huge-bus-secret-0123456789abcdef';
 
-interface CannonResult { requests: { total: number }; non2xx: number; errors: number; timeouts: number; statusCodeStats: Record<string, { count: number }> }
+interface CannonResult {
+  requests: { total: number };
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  statusCodeStats: Record<string, { count: number }>;
+}
 const cannon = autocannon as (opts: Record<string, unknown>) => Promise<CannonResult>;
 
 type ChildMsg = { type: 'ready'; port: number } | { type: 'stats'; stats: NodeFigures };
@@ -105,7 +111,14 @@ function int(name: string, raw: string | undefined, dflt: number, min: number, m
 async function main(): Promise<void> {
   let v;
   try {
-    const options = { nodes: { type: 'string' }, windows: { type: 'string' }, rate: { type: 'string' }, seconds: { type: 'string' }, keys: { type: 'string' }, connections: { type: 'string' } } as const;
+    const options = {
+      nodes: { type: 'string' },
+      windows: { type: 'string' },
+      rate: { type: 'string' },
+      seconds: { type: 'string' },
+      keys: { type: 'string' },
+      connections: { type: 'string' },
+    } as const;
     v = parseArgs({ options, strict: true }).values;
   } catch (err) {
     throw new Error(`${(err as Error).message}\n${USAGE}`, { cause: err });
@@ -137,7 +150,12 @@ async function main(): Promise<void> {
       ports.map((port, n) => {
         let client = 0;
         return cannon({
-          url: `http://127.0.0.1:${port}`, connections, pipelining: 1, duration: seconds, overallRate: Math.max(1, Math.round(rate / nodes)), requests,
+          url: `http://127.0.0.1:${port}`,
+          connections,
+          pipelining: 1,
+          duration: seconds,
+          overallRate: Math.max(1, Math.round(rate / nodes)),
+          requests,
           setupClient: (c: { setRequests(r: unknown[]): void }) => {
             const start = Math.floor(((client++ + n * connections) * keys) / (connections * nodes)) % keys;
             c.setRequests([...requests.slice(start), ...requests.slice(0, start)]);

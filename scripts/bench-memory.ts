@@ -50,7 +50,18 @@ async function measure(what: string, windowsMs: number[], count: number, fill: (
 /** A link whose grants cover each request exactly, keeping no state: the node's memory alone. */
 const statelessLink: OwnerLink = {
   requestCredit: (reqs: readonly CreditRequest[]): Grant[] =>
-    reqs.map((r) => ({ type: 'grant' as const, keyId: r.keyId, windowId: r.windowId, windowMs: r.windowMs, nodeId: r.nodeId, nodeEpoch: r.nodeEpoch, lease: r.lease, grantSeq: 1, ownerEpoch: 1, issued: r.spent + r.need })),
+    reqs.map((r) => ({
+      type: 'grant' as const,
+      keyId: r.keyId,
+      windowId: r.windowId,
+      windowMs: r.windowMs,
+      nodeId: r.nodeId,
+      nodeEpoch: r.nodeEpoch,
+      lease: r.lease,
+      grantSeq: 1,
+      ownerEpoch: 1,
+      issued: r.spent + r.need,
+    })),
   publish: () => true,
   heartbeat: () => undefined,
   reachable: () => true,
@@ -84,7 +95,21 @@ export async function memoryFootprints(keys: number, windowsMs: number[]): Promi
     const now = Date.now();
     for (const k of keyIds) {
       for (const windowMs of windowsMs) {
-        o.onCreditRequest({ keyId: k, windowId: Math.floor(now / windowMs), windowMs, limit: 1000, nodeId: 'bench', nodeEpoch: 'bench-1', lease: 1, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true });
+        o.onCreditRequest({
+          keyId: k,
+          windowId: Math.floor(now / windowMs),
+          windowMs,
+          limit: 1000,
+          nodeId: 'bench',
+          nodeEpoch: 'bench-1',
+          lease: 1,
+          spent: 0,
+          selfIssued: 0,
+          released: 0,
+          need: 1,
+          demand: 1,
+          fastPath: true,
+        });
       }
     }
     return o;

@@ -79,10 +79,13 @@ async function main(): Promise<void> {
     let degradedSamples = 0;
     let worstLag = 0;
     const sampler = setInterval(() => {
-      void read().then((t) => {
-        degradedSamples += metric(t, 'fleet_ratelimit_degraded');
-        worstLag = Math.max(worstLag, metric(t, 'fleet_ratelimit_event_loop_lag_seconds'));
-      }, () => undefined);
+      void read().then(
+        (t) => {
+          degradedSamples += metric(t, 'fleet_ratelimit_degraded');
+          worstLag = Math.max(worstLag, metric(t, 'fleet_ratelimit_event_loop_lag_seconds'));
+        },
+        () => undefined,
+      );
     }, 1000);
     let next = 0;
     const result = await cannon({
@@ -96,7 +99,11 @@ async function main(): Promise<void> {
     const after = await read();
     const delta = (name: string, label?: string): number => metric(after, name, label) - metric(before, name, label);
     const codes = result.statusCodeStats;
-    const other = Object.entries(codes).filter(([c]) => c !== '200' && c !== '429').map(([c, s]) => `${c}×${s.count}`).join(' ') || '0';
+    const other =
+      Object.entries(codes)
+        .filter(([c]) => c !== '200' && c !== '429')
+        .map(([c, s]) => `${c}×${s.count}`)
+        .join(' ') || '0';
     process.stdout.write(
       [
         `three gateway processes over a private redis-server; node 1 offered ${rate}/s for ${seconds} s over ${keys} keys in turn (${((rate / keys) * 60).toFixed(1)} per key per minute: every refusal is a false one), ${burners} busy loops beside`,

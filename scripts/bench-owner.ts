@@ -89,7 +89,19 @@ function main(): void {
   const clock = new FakeClock(1_800_000_010_000);
   const codec = new EnvelopeCodec([{ version: 'b1', secret: 'bench-owner-secret-0123' }]);
   const reports: Report[] = Array.from({ length: 16 }, (_, i) => ({
-    keyId: `v1:owner${String(i).padStart(17, '0')}`, windowId: 1_800_000, windowMs: W_SHORT, limit: 1_000_000, lease: 1, seq: 40, spent: 120, issued: 150, selfIssued: 0, released: 0, demand: 3.25, held: 30, selfGrant: false,
+    keyId: `v1:owner${String(i).padStart(17, '0')}`,
+    windowId: 1_800_000,
+    windowMs: W_SHORT,
+    limit: 1_000_000,
+    lease: 1,
+    seq: 40,
+    spent: 120,
+    issued: 150,
+    selfIssued: 0,
+    released: 0,
+    demand: 3.25,
+    held: 30,
+    selfGrant: false,
   }));
   const batch = { shard: 7, nodeId: 'node-1', nodeEpoch: '6f1c3a52-1c8e-4a55-9d3e-6a0f2b7c9e11', round: 1234, reports };
   const fields = codec.seal('reports', batch);

@@ -28,10 +28,7 @@ export type Variant = (typeof VARIANTS)[number];
 export const HUGE = 1_000_000_000;
 
 /** Messages a server child sends to the benchmark. */
-type ServerMessage =
-  | { type: 'ready'; port: number }
-  | { type: 'skip'; reason: string }
-  | { type: 'stats'; stats: Record<string, unknown> | undefined };
+type ServerMessage = { type: 'ready'; port: number } | { type: 'skip'; reason: string } | { type: 'stats'; stats: Record<string, unknown> | undefined };
 
 /** A one-plan policy with a huge limit in each window length given (1 window = 1 bucket per key). */
 export function hugePolicy(windowsMs: readonly number[]): PolicyDoc {
@@ -135,7 +132,11 @@ export function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
 export async function connectRedis(url: string): Promise<Redis> {
   // rlf's documented ioredis setup: no offline queue, so an outage fails fast instead of queueing.
   const redis = new Redis(url, {
-    enableOfflineQueue: false, lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 1, retryStrategy: () => null,
+    enableOfflineQueue: false,
+    lazyConnect: true,
+    connectTimeout: 2000,
+    maxRetriesPerRequest: 1,
+    retryStrategy: () => null,
   });
   // The 'error' event carries the cause (ECONNREFUSED…); connect() itself only says the connection closed.
   let cause: Error | undefined;

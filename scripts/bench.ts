@@ -11,9 +11,7 @@ import { quantile } from '../lib/quantile.js';
 import { rateLimiter } from '../middleware/rate-limiter.js';
 import { COST_OPTIONS, COST_USAGE, costFlags, costTargets, measureCost, renderCost, type CostFlags } from './bench-cost.js';
 import { memoryFootprints } from './bench-memory.js';
-import {
-  benchIdentity, connectRedis, HUGE, hugePolicy, rlfMiddleware, startServer, stopAllServers, stopServer, VARIANTS, type Variant,
-} from './bench-server.js';
+import { benchIdentity, connectRedis, HUGE, hugePolicy, rlfMiddleware, startServer, stopAllServers, stopServer, VARIANTS, type Variant } from './bench-server.js';
 
 /**
  * `npm run bench [-- flags]`: HTTP overhead against peers (interleaved bare/variant pairs, one server
@@ -33,18 +31,46 @@ const MEMORY_KEYS = 50_000;
 const TARGETS = { ratioToBare: 0.95, decisionP99Us: 50, mbFor50kBuckets: 16 };
 
 interface Flags {
-  help: boolean; json: boolean; duration: number; pairs: number; connections: number; only: Variant[]; skipHttp: boolean; cost: CostFlags;
+  help: boolean;
+  json: boolean;
+  duration: number;
+  pairs: number;
+  connections: number;
+  only: Variant[];
+  skipHttp: boolean;
+  cost: CostFlags;
 }
-interface Run { reqPerSec: number; p50Ms: number; p99Ms: number; non2xx: number }
+interface Run {
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  non2xx: number;
+}
 interface HttpRow {
-  reqPerSec: number | null; ratioToBare: number | null; p50Ms: number | null; p99Ms: number | null;
+  reqPerSec: number | null;
+  ratioToBare: number | null;
+  p50Ms: number | null;
+  p99Ms: number | null;
   /** Non-2xx answers plus errors and timeouts over the counted runs: must be 0, every request is admitted. */
-  non2xx: number; skipped?: string; server?: unknown;
+  non2xx: number;
+  skipped?: string;
+  server?: unknown;
 }
-interface Micro { nsPerCall: number; p50Us: number; p99Us: number }
-interface Skipped { skipped: string }
+interface Micro {
+  nsPerCall: number;
+  p50Us: number;
+  p99Us: number;
+}
+interface Skipped {
+  skipped: string;
+}
 interface CannonResult {
-  requests: { total: number }; duration: number; latency: { p50: number; p99: number }; non2xx: number; errors: number; timeouts: number;
+  requests: { total: number };
+  duration: number;
+  latency: { p50: number; p99: number };
+  non2xx: number;
+  errors: number;
+  timeouts: number;
 }
 
 class UsageError extends Error {}
@@ -59,8 +85,14 @@ const median = (xs: readonly number[]): number => {
 
 function parseFlags(argv: string[]): Flags {
   const options = {
-    json: { type: 'boolean' }, 'skip-http': { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-    duration: { type: 'string' }, pairs: { type: 'string' }, connections: { type: 'string' }, only: { type: 'string' }, ...COST_OPTIONS,
+    json: { type: 'boolean' },
+    'skip-http': { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+    duration: { type: 'string' },
+    pairs: { type: 'string' },
+    connections: { type: 'string' },
+    only: { type: 'string' },
+    ...COST_OPTIONS,
   } as const;
   let v;
   try {
@@ -85,9 +117,14 @@ function parseFlags(argv: string[]): Flags {
   const httpFlag = (['only', 'skip-http', 'duration', 'pairs', 'connections'] as const).find((k) => v[k] !== undefined);
   if (cost.only && httpFlag) throw new UsageError(`--${httpFlag} is for the throughput pairs: it cannot be combined with --cost-only`);
   return {
-    help: v.help ?? false, json: v.json ?? false, skipHttp: v['skip-http'] ?? false, only: [...new Set(only)] as Variant[],
-    duration: num('duration', v.duration, 5, 1, 600, false), pairs: num('pairs', v.pairs, 3, 1, 100, true),
-    connections: num('connections', v.connections, 50, 1, 1000, true), cost,
+    help: v.help ?? false,
+    json: v.json ?? false,
+    skipHttp: v['skip-http'] ?? false,
+    only: [...new Set(only)] as Variant[],
+    duration: num('duration', v.duration, 5, 1, 600, false),
+    pairs: num('pairs', v.pairs, 3, 1, 100, true),
+    connections: num('connections', v.connections, 50, 1, 1000, true),
+    cost,
   };
 }
 
@@ -97,7 +134,11 @@ async function load(port: number, duration: number, connections: number): Promis
   const requests = Array.from({ length: KEYS }, (_, i) => ({ method: 'GET', path: '/api/hello', headers: { 'x-api-key': key(i) } }));
   let client = 0;
   const r = await cannon({
-    url: `http://127.0.0.1:${port}`, connections, pipelining: 1, duration, requests,
+    url: `http://127.0.0.1:${port}`,
+    connections,
+    pipelining: 1,
+    duration,
+    requests,
     // Each connection starts at its own place in the key list, so concurrent requests hit different buckets.
     setupClient: (c: { setRequests(r: unknown[]): void }) => {
       const start = Math.floor((client++ * KEYS) / connections) % KEYS;
@@ -150,8 +191,7 @@ async function http(f: Flags): Promise<{ bare: HttpRow; peers: Record<string, Ht
 
 const fakeRes = { setHeader() {}, statusCode: 200, headersSent: false } as unknown as Response;
 const noop = (() => undefined) as NextFunction;
-const fakeReq = (key: string): Request =>
-  ({ headers: { 'x-api-key': key }, socket: { remoteAddress: '127.0.0.1' }, path: '/api/hello' }) as unknown as Request;
+const fakeReq = (key: string): Request => ({ headers: { 'x-api-key': key }, socket: { remoteAddress: '127.0.0.1' }, path: '/api/hello' }) as unknown as Request;
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 /** Yields between chunks so that the limiter's round timer runs as in a server, outside the timed code. */
@@ -162,7 +202,10 @@ async function measure(fn: (i: number) => unknown, cfg: typeof MICRO = MICRO): P
   if (isAsync) await first;
   const call = isAsync ? async (): Promise<unknown> => await fn(i++) : (): unknown => fn(i++);
   let batchNs = 0n;
-  for (const [calls, counted] of [[cfg.warmup, false], [cfg.calls, true]] as const) {
+  for (const [calls, counted] of [
+    [cfg.warmup, false],
+    [cfg.calls, true],
+  ] as const) {
     for (let done = 0; done < calls; done += cfg.chunk) {
       const t0 = process.hrtime.bigint();
       for (let j = 0; j < cfg.chunk; j++) isAsync ? await call() : call();
@@ -183,8 +226,7 @@ async function measure(fn: (i: number) => unknown, cfg: typeof MICRO = MICRO): P
 }
 
 /** Calls a middleware that returns nothing (rlfMiddleware) and settles when it calls next(): each call is awaited. */
-const untilNext = (mw: RequestHandler, req: Request): Promise<void> =>
-  new Promise((resolve, reject) => void mw(req, fakeRes, (err?: unknown) => (err === undefined ? resolve() : reject(err))));
+const untilNext = (mw: RequestHandler, req: Request): Promise<void> => new Promise((resolve, reject) => void mw(req, fakeRes, (err?: unknown) => (err === undefined ? resolve() : reject(err))));
 
 /** The HTTP rlf-redis variant's middleware on a Redis of its own keys; skipped, not failed, when Redis is unreachable. */
 async function rlfRedis(reqs: readonly Request[]): Promise<Micro | Skipped> {
@@ -205,14 +247,19 @@ async function rlfRedis(reqs: readonly Request[]): Promise<Micro | Skipped> {
   } catch (err) {
     return skip(`Redis failed during the run: ${(err as Error).message}`);
   } finally {
-    await redis.del(...Array.from({ length: KEYS }, (_, i) => rl.getKey(key(i))))
-      .catch((err: Error) => log(`micro: could not delete the ${rl.keyPrefix}:* keys: ${err.message}`));
+    await redis.del(...Array.from({ length: KEYS }, (_, i) => rl.getKey(key(i)))).catch((err: Error) => log(`micro: could not delete the ${rl.keyPrefix}:* keys: ${err.message}`));
     redis.disconnect();
   }
 }
 
 async function micro(): Promise<{
-  limiter: Micro; erl: Micro; rlfMemory: Micro; rlfRedis: Micro | Skipped; hashNs: number; roundUs: number; timerNs: number;
+  limiter: Micro;
+  erl: Micro;
+  rlfMemory: Micro;
+  rlfRedis: Micro | Skipped;
+  hashNs: number;
+  roundUs: number;
+  timerNs: number;
 }> {
   const reqs = Array.from({ length: KEYS }, (_, i) => fakeReq(key(i)));
   const limiter = rateLimiter({ policy: hugePolicy([1000, 60_000]), identify: benchIdentity, logger: pino({ level: 'silent' }) });
@@ -236,8 +283,7 @@ async function micro(): Promise<{
       timer.push(Number(process.hrtime.bigint() - t0));
     }
     log('micro: express-rate-limit (async middleware: each call is awaited)');
-    const erlMw = rateLimit({ windowMs: 60_000, limit: HUGE, keyGenerator: (req) => String(req.headers['x-api-key']),
-      standardHeaders: false, legacyHeaders: false, validate: false });
+    const erlMw = rateLimit({ windowMs: 60_000, limit: HUGE, keyGenerator: (req) => String(req.headers['x-api-key']), standardHeaders: false, legacyHeaders: false, validate: false });
     const erl = await measure((i) => erlMw(reqs[i % KEYS]!, fakeRes, noop));
     log('micro: rate-limiter-flexible memory store (each call awaited until next())');
     const rlfMw = rlfMiddleware(new RateLimiterMemory({ points: HUGE, duration: 60 }));
@@ -254,7 +300,14 @@ async function micro(): Promise<{
 function table(rows: (string | number | null)[][]): string {
   const cells = rows.map((r) => r.map((c) => (c === null ? '-' : String(c))));
   const widths = cells[0]!.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
-  return cells.map((r) => r.map((c, i) => (i ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => (i ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 type Result = Awaited<ReturnType<typeof collect>>;
@@ -263,8 +316,7 @@ async function collect(f: Flags) {
   const script = path.relative(process.cwd(), process.argv[1]!);
   const command = [process.argv0, ...process.execArgv, script, ...process.argv.slice(2)].join(' ');
   const cpus = os.cpus();
-  const machine = { cores: cpus.length, cpu: cpus[0]?.model ?? '?', node: process.version, os: `${os.platform()} ${os.arch()}`,
-    loadavg: os.loadavg().map((x) => round(x)) };
+  const machine = { cores: cpus.length, cpu: cpus[0]?.model ?? '?', node: process.version, os: `${os.platform()} ${os.arch()}`, loadavg: os.loadavg().map((x) => round(x)) };
   const m = f.cost.only ? null : await micro();
   if (m) log(`memory: ${MEMORY_KEYS} keys, one window, then two`);
   // Windows of a minute or more: a 1 s window's owner ledgers are swept within a second, which makes the figure jump.
@@ -284,11 +336,26 @@ async function collect(f: Flags) {
   const s = cost?.summary;
   const config = { ...f, variants, keys: KEYS, micro: MICRO, microRedis: MICRO_REDIS, memoryKeys: MEMORY_KEYS, memoryUnit: 'MiB', targets: TARGETS };
   return {
-    ratioToBare: ratio, decisionP99Us: p99, decisionP50Us: m?.limiter.p50Us ?? null, decisionNsPerCall: m?.limiter.nsPerCall ?? null,
-    bytesPerBucket: one?.bytesEach ?? null, mbFor50kBuckets: one?.mib ?? null, peers: h?.peers ?? {}, bare: h?.bare ?? null,
-    instrOverBarePct: s?.instrOverBarePct ?? null, instrFirstSightOverBarePct: s?.instrFirstSightOverBarePct ?? null,
-    cpuOverBarePct: s?.cpuOverBarePct ?? null, fleetCpuOverBarePct: s?.fleetCpuOverBarePct ?? null, bytesPerKey: s?.bytesPerKey ?? null,
-    cost, micro: m, memory: mem, targets, machine, command, config,
+    ratioToBare: ratio,
+    decisionP99Us: p99,
+    decisionP50Us: m?.limiter.p50Us ?? null,
+    decisionNsPerCall: m?.limiter.nsPerCall ?? null,
+    bytesPerBucket: one?.bytesEach ?? null,
+    mbFor50kBuckets: one?.mib ?? null,
+    peers: h?.peers ?? {},
+    bare: h?.bare ?? null,
+    instrOverBarePct: s?.instrOverBarePct ?? null,
+    instrFirstSightOverBarePct: s?.instrFirstSightOverBarePct ?? null,
+    cpuOverBarePct: s?.cpuOverBarePct ?? null,
+    fleetCpuOverBarePct: s?.fleetCpuOverBarePct ?? null,
+    bytesPerKey: s?.bytesPerKey ?? null,
+    cost,
+    micro: m,
+    memory: mem,
+    targets,
+    machine,
+    command,
+    config,
   };
 }
 
@@ -297,12 +364,19 @@ function renderDecisionAndMemory(m: NonNullable<Result['micro']>, memory: Result
   const out: string[] = [];
   out.push(`Decision in-process: ${KEYS} keys, ${MICRO.warmup} warm-up + ${MICRO.calls} calls; p50/p99 include ~${m.timerNs} ns timer`);
   const row = (name: string, x: Micro | Skipped): (string | number)[] => ('skipped' in x ? [name, 'skipped'] : [name, x.nsPerCall, x.p50Us, x.p99Us]);
-  out.push(table([['middleware', 'ns/call', 'p50 us', 'p99 us'], row('fleet-ratelimit', m.limiter),
-    row('express-rate-limit (awaited)', m.erl), row('rate-limiter-flexible memory (awaited)', m.rlfMemory),
-    row(`rate-limiter-flexible Redis (awaited, ${MICRO_REDIS.calls / 1000}k calls)`, m.rlfRedis)]));
-  out.push(`  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
-    `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}`
-      : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`);
+  out.push(
+    table([
+      ['middleware', 'ns/call', 'p50 us', 'p99 us'],
+      row('fleet-ratelimit', m.limiter),
+      row('express-rate-limit (awaited)', m.erl),
+      row('rate-limiter-flexible memory (awaited)', m.rlfMemory),
+      row(`rate-limiter-flexible Redis (awaited, ${MICRO_REDIS.calls / 1000}k calls)`, m.rlfRedis),
+    ]),
+  );
+  out.push(
+    `  rate-limiter-flexible rows: the HTTP variants' middleware (rlfMiddleware), each call awaited until it calls next()`,
+    `  rate-limiter-flexible Redis: ${'skipped' in m.rlfRedis ? `skipped: ${m.rlfRedis.skipped}` : `${MICRO_REDIS.warmup} warm-up + ${MICRO_REDIS.calls} calls, each a network round trip`}`,
+  );
   out.push(`  fleet-ratelimit parts: key id (HMAC, cached by keyed fingerprint) ${m.hashNs} ns/call; one round, ${KEYS} keys touched: ${m.roundUs} us`, '');
   out.push(`Memory: heap growth after gc; 'node buckets' is the N4 figure, the owner's ledgers are spread over the fleet's shards`);
   const plan = (windowsMs: number[]): string => windowsMs.map((ms) => `${ms / 1000} s`).join(' + ');
@@ -313,11 +387,12 @@ function renderDecisionAndMemory(m: NonNullable<Result['micro']>, memory: Result
 
 function render(r: Result): string {
   const { config: f, machine: mc, micro: m } = r;
-  const out = ['fleet-ratelimit benchmark', `command: ${r.command}`,
-    `machine: ${mc.cores} cores (${mc.cpu}), node ${mc.node}, ${mc.os}, load avg ${mc.loadavg.join(' ')} at start`, ''];
+  const out = ['fleet-ratelimit benchmark', `command: ${r.command}`, `machine: ${mc.cores} cores (${mc.cpu}), node ${mc.node}, ${mc.os}, load avg ${mc.loadavg.join(' ')} at start`, ''];
   if (r.bare) {
-    out.push(`HTTP GET /api/hello: ${f.pairs} bare/variant pairs x ${f.duration} s, ${f.connections} connections, pipelining 1, ` +
-      `${KEYS} keys; medians over runs; ratio = median of (variant / the bare run just before it)`);
+    out.push(
+      `HTTP GET /api/hello: ${f.pairs} bare/variant pairs x ${f.duration} s, ${f.connections} connections, pipelining 1, ` +
+        `${KEYS} keys; medians over runs; ratio = median of (variant / the bare run just before it)`,
+    );
     const peers = [['bare', r.bare] as const, ...Object.entries(r.peers)];
     const rows = peers.map(([k, p]) => (p.skipped ? [k, 'skipped'] : [k, p.reqPerSec, p.ratioToBare, p.p50Ms, p.p99Ms, p.non2xx]));
     out.push(table([['variant', 'req/s', 'ratio', 'p50 ms', 'p99 ms', 'non-2xx+err'], ...rows]));

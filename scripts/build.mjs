@@ -37,7 +37,9 @@ if (config !== undefined) {
 }
 
 // The layout is redone only when tsc wrote something since the last one.
-const infos = readdirSync(dist).filter((f) => f.endsWith('.tsbuildinfo')).map((f) => join(dist, f));
+const infos = readdirSync(dist)
+  .filter((f) => f.endsWith('.tsbuildinfo'))
+  .map((f) => join(dist, f));
 if (existsSync(stamp) && newest([...infos, join(root, 'bus/lua')]) < mtime(stamp)) process.exit(0);
 
 cpSync(join(root, 'bus/lua'), join(dist, 'bus/lua'), { recursive: true });

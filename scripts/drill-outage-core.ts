@@ -8,8 +8,7 @@ import { phaseOffset, windowEndMs, windowIdAt, windowStartMs } from '../lib/wind
  * process, reads a clock or touches the network.
  */
 
-export const USAGE =
-  'usage: npm run drill:outage -- [--rate 30] [--seconds 110] [--outage-at 10] [--outage-seconds 40] [--limit 1000] [--degraded-after-ms 30000] [--nodes 3] [--json]';
+export const USAGE = 'usage: npm run drill:outage -- [--rate 30] [--seconds 110] [--outage-at 10] [--outage-seconds 40] [--limit 1000] [--degraded-after-ms 30000] [--nodes 3] [--json]';
 
 /** The hourly window of the drill's plan. */
 export const WINDOW_MS = 3_600_000;

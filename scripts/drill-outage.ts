@@ -197,7 +197,7 @@ async function run(opts: DrillOptions, argv: readonly string[]): Promise<boolean
     '',
     renderVerdict(report),
     ...unexpected.map((u) => `warning: ${u}; the counts are not a clean drill`),
-    ...(straddled ? ['warning: the run crossed the key\'s window boundary; the counts are not a clean drill'] : []),
+    ...(straddled ? ["warning: the run crossed the key's window boundary; the counts are not a clean drill"] : []),
     '',
   ];
   process.stdout.write(lines.join('\n'));

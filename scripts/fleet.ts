@@ -237,8 +237,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // to the kernel in the node, it could take a port picked here for another node's HTTP listener.
   const free = opts.basePort ? [] : await freePorts(2 * opts.nodes);
   const ports = opts.basePort ? Array.from({ length: opts.nodes }, (_, i) => opts.basePort! + i) : free.slice(0, opts.nodes);
-  const nodeEnv = (i: number): Readonly<Record<string, string>> =>
-    free.length === 0 || env.FAST_PATH_PORT !== undefined ? env : { ...env, FAST_PATH_PORT: String(free[opts.nodes + i]) };
+  const nodeEnv = (i: number): Readonly<Record<string, string>> => (free.length === 0 || env.FAST_PATH_PORT !== undefined ? env : { ...env, FAST_PATH_PORT: String(free[opts.nodes + i]) });
   const nodes = ports.map((port, i) => new Gateway(i, port, nodeEnv(i), opts.stdio ?? 'pipe', opts.onExit));
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopping ??= Promise.all(nodes.map((n) => n.stop())).then(() => undefined));

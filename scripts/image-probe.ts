@@ -111,7 +111,11 @@ async function demoContract(url: string): Promise<void> {
       problem.error === 'RL_QUOTA_EXCEEDED' &&
       problem.window === 'burst' &&
       problem.status === 429;
-    check(ok, `demo contract on ${url}: ${statuses.join(' ')}; 11th: Retry-After ${denial?.retryAfter}, X-RateLimit-Reset-Ms ${denial?.resetMs}, ${denial?.type}, ${String(problem.error)} window ${String(problem.window)} (${took} ms)`, t0);
+    check(
+      ok,
+      `demo contract on ${url}: ${statuses.join(' ')}; 11th: Retry-After ${denial?.retryAfter}, X-RateLimit-Reset-Ms ${denial?.resetMs}, ${denial?.type}, ${String(problem.error)} window ${String(problem.window)} (${took} ms)`,
+      t0,
+    );
     return;
   }
 }
@@ -153,7 +157,11 @@ async function sharedAllowance(): Promise<void> {
   const other = counts.reduce((n, c) => n + c.other, 0);
   const ok = admitted >= 970 && admitted <= 1020 && other === 0 && counts.every((c) => c[200] > 0 && c[429] > 0);
   const per = counts.map((c, i) => `:${new URL(gateways[i]!).port} ${c[200]}/${c[429]}`).join(', ');
-  check(ok, `shared allowance: 1500 demo-hour requests over three gateways admitted ${admitted} (want 970..1020), 200/429 per gateway ${per}${other ? `, ${other} other statuses` : ''}; ${retried} "within the second" answers retried`, t0);
+  check(
+    ok,
+    `shared allowance: 1500 demo-hour requests over three gateways admitted ${admitted} (want 970..1020), 200/429 per gateway ${per}${other ? `, ${other} other statuses` : ''}; ${retried} "within the second" answers retried`,
+    t0,
+  );
 
   // Spent fleet-wide: each gateway now refuses demo-hour until its hourly window ends.
   const t1 = performance.now();
@@ -168,7 +176,11 @@ async function sharedAllowance(): Promise<void> {
     const ok = r.status === 429 && Number(r.retryAfter) >= 1 && (r.type ?? '').startsWith('application/problem+json') && p.error === 'RL_QUOTA_EXCEEDED' && p.window === 'hourly';
     return { ok, text: `${r.status} Retry-After ${r.retryAfter} ${String(p.error)} ${String(p.window)}` };
   });
-  check(refusals.every((r) => r.ok), `demo-hour spent on every gateway: ${refusals.map((r) => r.text).join('; ')}`, t1);
+  check(
+    refusals.every((r) => r.ok),
+    `demo-hour spent on every gateway: ${refusals.map((r) => r.text).join('; ')}`,
+    t1,
+  );
 }
 
 /** Polls `probe` every 250 ms until it returns a value or `ms` pass; the last value (or undefined). */
@@ -191,7 +203,14 @@ async function adminHealth(): Promise<void> {
   const anonymous = await call('GET', '/health', undefined, {});
   check(anonymous.status === 401, `admin /health without the token: ${anonymous.status} (want 401)`, t0);
   t0 = performance.now();
-  type Health = { ok: boolean; policyVersion: number | null; nodes: Array<{ node: string; status: { policyVersion?: number } | null }>; degradedNodes: string[]; shards: unknown[]; unownedShards: number[] };
+  type Health = {
+    ok: boolean;
+    policyVersion: number | null;
+    nodes: Array<{ node: string; status: { policyVersion?: number } | null }>;
+    degradedNodes: string[];
+    shards: unknown[];
+    unownedShards: number[];
+  };
   const health = async (): Promise<{ status: number; h: Health }> => {
     const r = await call('GET', '/health');
     return { status: r.status, h: r.json as unknown as Health };
@@ -201,17 +220,27 @@ async function adminHealth(): Promise<void> {
     return r.status === 200 && r.h.nodes.filter((n) => n.status !== null).length === 3 && r.h.unownedShards.length === 0 ? r : undefined;
   });
   const seen = first ?? (await health());
-  const names = (seen.h.nodes ?? []).map((n) => n.node).sort().join(' ');
-  check(first !== undefined && seen.h.degradedNodes.length === 0, `admin /health with the token: ${seen.status}, nodes [${names}], degraded [${(seen.h.degradedNodes ?? []).join(' ')}], ${seen.h.shards?.length ?? 0} shards, ${seen.h.unownedShards?.length ?? '?'} unowned`, t0);
+  const names = (seen.h.nodes ?? [])
+    .map((n) => n.node)
+    .sort()
+    .join(' ');
+  check(
+    first !== undefined && seen.h.degradedNodes.length === 0,
+    `admin /health with the token: ${seen.status}, nodes [${names}], degraded [${(seen.h.degradedNodes ?? []).join(' ')}], ${seen.h.shards?.length ?? 0} shards, ${seen.h.unownedShards?.length ?? '?'} unowned`,
+    t0,
+  );
 
   t0 = performance.now();
   const demo = JSON.parse(readFileSync(values['policy-file'] ?? 'demo/policy.json', 'utf8')) as { policy: Record<string, unknown> };
   const put = await call('PUT', '/policy', { policy: demo.policy, reason: 'image check: store the demo policy' });
   const version = put.json.version as number | undefined;
-  const applied = put.status === 200 ? await until(30_000, async () => {
-    const r = await health();
-    return r.h.ok === true && r.h.policyVersion === version ? r : undefined;
-  }) : undefined;
+  const applied =
+    put.status === 200
+      ? await until(30_000, async () => {
+          const r = await health();
+          return r.h.ok === true && r.h.policyVersion === version ? r : undefined;
+        })
+      : undefined;
   const last = applied ?? (await health());
   const onIt = (last.h.nodes ?? []).filter((n) => n.status?.policyVersion === version).length;
   check(applied !== undefined, `policy stored through the admin API: ${put.status} version ${String(version)}; /health ok ${String(last.h.ok)}, ${onIt} of 3 gateways on it`, t0);
@@ -222,12 +251,19 @@ async function reapJob(): Promise<void> {
   const t0 = performance.now();
   const asked = await call('POST', '/jobs/reap', { reason: 'image check: reap on demand' });
   const id = typeof asked.json.id === 'string' ? asked.json.id : undefined;
-  const done = id === undefined ? undefined : await until(60_000, async () => {
-    const r = await call('GET', `/jobs/${encodeURIComponent(id)}`);
-    return r.json.state === 'completed' || r.json.state === 'failed' ? r.json : undefined;
-  });
+  const done =
+    id === undefined
+      ? undefined
+      : await until(60_000, async () => {
+          const r = await call('GET', `/jobs/${encodeURIComponent(id)}`);
+          return r.json.state === 'completed' || r.json.state === 'failed' ? r.json : undefined;
+        });
   const result = done ?? (id === undefined ? asked.json : (await call('GET', `/jobs/${encodeURIComponent(id)}`)).json);
-  check(asked.status === 202 && done?.state === 'completed', `reap job through the admin API: ${asked.status} id ${String(id)}, state ${String(result.state)}${result.failedReason ? ` (${String(result.failedReason)})` : ''}, result ${JSON.stringify(result.result ?? null)}`, t0);
+  check(
+    asked.status === 202 && done?.state === 'completed',
+    `reap job through the admin API: ${asked.status} id ${String(id)}, state ${String(result.state)}${result.failedReason ? ` (${String(result.failedReason)})` : ''}, result ${JSON.stringify(result.result ?? null)}`,
+    t0,
+  );
 }
 
 await demoContract(values.standalone!);

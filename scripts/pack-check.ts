@@ -47,7 +47,7 @@ function closure(lock: Record<string, { dependencies?: Record<string, string>; p
     if (seen.has(path)) return;
     seen.add(path);
     for (const dep of Object.keys({ ...lock[path]?.dependencies, ...lock[path]?.peerDependencies })) {
-      for (let base = path; ; ) {
+      for (let base = path; ;) {
         const candidate = `${base ? `${base}/` : ''}node_modules/${dep}`;
         if (lock[candidate]) {
           visit(candidate);
@@ -79,8 +79,11 @@ async function timeStart(): Promise<number> {
   const t0 = performance.now();
   const child = spawn('npm', ['start'], { cwd: root, detached: true, stdio: 'ignore', env: { ...process.env, PORT: String(port), LOG_LEVEL: 'warn' } });
   try {
-    for (const deadline = t0 + 120_000; performance.now() < deadline; ) {
-      const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
+    for (const deadline = t0 + 120_000; performance.now() < deadline;) {
+      const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) return performance.now() - t0;
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -93,10 +96,16 @@ async function timeStart(): Promise<number> {
 async function main(): Promise<void> {
   const tmp = mkdtempSync(join(tmpdir(), 'frl-pack-'));
   try {
-    const packed = JSON.parse(must('npm', ['pack', '--json', '--pack-destination', tmp], root).replace(/^[^]*?^\[$/m, '[')) as Array<{ filename: string; size: number; unpackedSize: number; files: Array<{ path: string }> }>;
+    const packed = JSON.parse(must('npm', ['pack', '--json', '--pack-destination', tmp], root).replace(/^[^]*?^\[$/m, '[')) as Array<{
+      filename: string;
+      size: number;
+      unpackedSize: number;
+      files: Array<{ path: string }>;
+    }>;
     const pack = packed[0]!;
     const paths = pack.files.map((f) => f.path);
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.cjs', 'dist/cjs/index.d.ts', 'dist/admin/index.js', 'dist/bus/lua/round.lua', 'LICENSE', 'CHANGELOG.md', 'README.md']) check(paths.includes(f), `the tarball holds ${f}`);
+    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.cjs', 'dist/cjs/index.d.ts', 'dist/admin/index.js', 'dist/bus/lua/round.lua', 'LICENSE', 'CHANGELOG.md', 'README.md'])
+      check(paths.includes(f), `the tarball holds ${f}`);
     check(!paths.some((p) => /^dist\/(test|demo|scripts)\//.test(p)), 'the tarball holds no tests, demo or scripts');
     const shebangs = ['server', 'worker', 'policy-check'].filter((b) => readFileSync(join(root, `dist/admin/${b}.js`), 'utf8').startsWith('#!/usr/bin/env node\n'));
     check(shebangs.length === 3, 'the three bins start with a node shebang');
@@ -123,15 +132,37 @@ async function main(): Promise<void> {
     check(extra.length <= MAX_EXTRA_PACKAGES, `${extra.length} packages beyond Express's ${expressOwn.size} (at most ${MAX_EXTRA_PACKAGES})`);
     for (const banned of ['bullmq', 'helmet', 'msgpackr', 'ioredis', 'pino']) check(!installed.some((k) => k.endsWith(`node_modules/${banned}`)), `${banned} is not installed`);
     check(installed.filter((k) => /(^|\/)node_modules\/express$/.test(k)).length === 1, 'one copy of express in the lock');
-    const copies = run('npm', ['ls', 'express', '--all', '--parseable'], app).out.split('\n').filter((l) => /node_modules[\\/]express$/.test(l.trim()));
+    const copies = run('npm', ['ls', 'express', '--all', '--parseable'], app)
+      .out.split('\n')
+      .filter((l) => /node_modules[\\/]express$/.test(l.trim()));
     check(copies.length === 1, `npm ls express --all: ${copies.length} copy`);
-    figures.push(['install', `${installed.length} packages, ${(installed.reduce((n, k) => n + bytes(join(app, k)), 0) / 1e6).toFixed(1)} MB; beyond Express: ${extra.length} packages, ${(extraBytes / 1e6).toFixed(1)} MB`, 'npm install express@5 <tarball>']);
+    figures.push([
+      'install',
+      `${installed.length} packages, ${(installed.reduce((n, k) => n + bytes(join(app, k)), 0) / 1e6).toFixed(1)} MB; beyond Express: ${extra.length} packages, ${(extraBytes / 1e6).toFixed(1)} MB`,
+      'npm install express@5 <tarball>',
+    ]);
 
-    const esm = run('node', ['--input-type=module', '-e', "import * as f from 'fleet-ratelimit'; import { createRequire } from 'node:module'; const c = createRequire(import.meta.url)('fleet-ratelimit'); console.log(typeof f.rateLimiter, typeof f.definePolicy, c.PolicyError === f.PolicyError);"], app);
+    const esm = run(
+      'node',
+      [
+        '--input-type=module',
+        '-e',
+        "import * as f from 'fleet-ratelimit'; import { createRequire } from 'node:module'; const c = createRequire(import.meta.url)('fleet-ratelimit'); console.log(typeof f.rateLimiter, typeof f.definePolicy, c.PolicyError === f.PolicyError);",
+      ],
+      app,
+    );
     check(esm.out.trim() === 'function function true', 'the entry point loads from ESM, and require() gives the same module');
     writeFileSync(join(app, 'load.cjs'), "const { rateLimiter, PolicyError } = require('fleet-ratelimit'); console.log(typeof rateLimiter, PolicyError.name);\n");
     check(run('node', ['load.cjs'], app).out.trim() === 'function PolicyError', 'the entry point loads from CommonJS (require)');
-    const fleet = run('node', ['--input-type=module', '-e', "import { rateLimiter } from 'fleet-ratelimit'; try { rateLimiter({ policy: { version: 1, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }, identify: () => undefined, keyHash: { versions: [{ version: 'v1', secret: 'k'.repeat(32) }] }, redis: { busSecret: { versions: [{ version: 'b1', secret: 'b'.repeat(32) }] } } }); console.log('no error'); } catch (e) { console.log(e.code, e.problems?.[0]?.path); }"], app);
+    const fleet = run(
+      'node',
+      [
+        '--input-type=module',
+        '-e',
+        "import { rateLimiter } from 'fleet-ratelimit'; try { rateLimiter({ policy: { version: 1, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }, identify: () => undefined, keyHash: { versions: [{ version: 'v1', secret: 'k'.repeat(32) }] }, redis: { busSecret: { versions: [{ version: 'b1', secret: 'b'.repeat(32) }] } } }); console.log('no error'); } catch (e) { console.log(e.code, e.problems?.[0]?.path); }",
+      ],
+      app,
+    );
     check(fleet.out.trim() === 'RL_CONFIG redis', `joining a fleet without ioredis installed is a coded error naming redis (${fleet.out.trim()})`);
     const admin = run('node', ['--input-type=module', '-e', "import('fleet-ratelimit/admin').then(() => console.log('loaded'), (e) => console.log(e.code))"], app);
     check(admin.out.trim() === 'ERR_MODULE_NOT_FOUND', 'fleet-ratelimit/admin needs its optional peers (not installed here)');

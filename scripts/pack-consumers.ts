@@ -122,13 +122,23 @@ import demo = require('./policy.json');
     {
       name: 'cjs-commonjs',
       what: 'CommonJS (module commonjs), strict, skipLibCheck off, with @types/express',
-      files: { 'main.ts': cjsHeader + APP_BODY, 'policy.json': policyJson, 'package.json': '{ "type": "commonjs" }', 'tsconfig.json': tsconfig({ module: 'commonjs', esModuleInterop: true, skipLibCheck: false }) },
+      files: {
+        'main.ts': cjsHeader + APP_BODY,
+        'policy.json': policyJson,
+        'package.json': '{ "type": "commonjs" }',
+        'tsconfig.json': tsconfig({ module: 'commonjs', esModuleInterop: true, skipLibCheck: false }),
+      },
       run: 'out/main.js',
     },
     {
       name: 'cjs-commonjs-no-interop',
       what: 'CommonJS (module commonjs, no esModuleInterop), strict, skipLibCheck off',
-      files: { 'main.ts': cjsHeader + APP_BODY, 'policy.json': policyJson, 'package.json': '{ "type": "commonjs" }', 'tsconfig.json': tsconfig({ module: 'commonjs', esModuleInterop: false, skipLibCheck: false }) },
+      files: {
+        'main.ts': cjsHeader + APP_BODY,
+        'policy.json': policyJson,
+        'package.json': '{ "type": "commonjs" }',
+        'tsconfig.json': tsconfig({ module: 'commonjs', esModuleInterop: false, skipLibCheck: false }),
+      },
       run: 'out/main.js',
     },
   ];

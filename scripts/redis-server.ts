@@ -72,11 +72,9 @@ interface Spawned {
 /** Runs `redis-server` with our fixed flags plus `args`, capturing its output and tracking it for the exit hook. */
 function spawnRedis(port: number, dir: string, args: readonly string[]): Spawned {
   installExitHook();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir, '--protected-mode', 'no', ...args],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn('redis-server', ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir, '--protected-mode', 'no', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let error: Error | undefined;
   const keep = (chunk: Buffer): void => {

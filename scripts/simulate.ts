@@ -98,7 +98,19 @@ function tailOf(text: string | undefined): Tail | undefined {
   return { p, ms };
 }
 
-function sweep(values: { nodes?: string; limits?: string; loads?: string; shapes?: string; 'window-ms'?: string; seeds?: string; tail?: string; json?: boolean; scenario?: string; seed?: string; duration?: string }): void {
+function sweep(values: {
+  nodes?: string;
+  limits?: string;
+  loads?: string;
+  shapes?: string;
+  'window-ms'?: string;
+  seeds?: string;
+  tail?: string;
+  json?: boolean;
+  scenario?: string;
+  seed?: string;
+  duration?: string;
+}): void {
   for (const name of ['scenario', 'seed', 'duration'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --sweep`);
   const shapes = (values.shapes ?? SHAPES.join(',')).split(',').map((t) => t.trim());
   for (const s of shapes) if (!(SHAPES as readonly string[]).includes(s)) fail(`--shapes: unknown shape "${s}" (known: ${SHAPES.join(', ')})`);
@@ -132,10 +144,14 @@ function seedsOf(text: string | undefined, fallback: number[]): number[] {
 function stalls(values: { seeds?: string; json?: boolean; [other: string]: unknown }): void {
   for (const name of ['scenario', 'seed', 'duration', 'nodes', 'limits', 'loads', 'shapes', 'window-ms', 'tail'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --stalls`);
   const runs: StallRun[] = [];
-  for (const seed of seedsOf(values.seeds, Array.from({ length: 200 }, (_, i) => i + 1))) {
+  for (const seed of seedsOf(
+    values.seeds,
+    Array.from({ length: 200 }, (_, i) => i + 1),
+  )) {
     const run = runStalls(seed);
     runs.push(run);
-    if (values.json) process.stdout.write(`${JSON.stringify({ ...run.result, pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`);
+    if (values.json)
+      process.stdout.write(`${JSON.stringify({ ...run.result, pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`);
   }
   if (!values.json) process.stdout.write(renderStalls(runs));
 }
@@ -210,7 +226,21 @@ function renderSweep(results: CellResult[]): string {
 
 function render(results: SimResult[], nodes: number, seed: number, durationMs: number): string {
   const head = ['scenario', 'windows', 'offered', 'admitted', 'over %', 'under %', 'fast path %', 'rtt p50/p99 ms', 'max outst.', 'self-grants', 'msgs/node/s'];
-  const rows = results.map((r) => [r.scenario, r.windows, r.offered, r.admitted, r.overPct, r.underPct, r.fastPathPct, `${r.fastPathRttP50Ms ?? '-'}/${r.fastPathRttP99Ms ?? '-'}`, r.maxOutstandingRatio, r.selfGrants, r.messagesPerNodePerSec].map(String));
+  const rows = results.map((r) =>
+    [
+      r.scenario,
+      r.windows,
+      r.offered,
+      r.admitted,
+      r.overPct,
+      r.underPct,
+      r.fastPathPct,
+      `${r.fastPathRttP50Ms ?? '-'}/${r.fastPathRttP99Ms ?? '-'}`,
+      r.maxOutstandingRatio,
+      r.selfGrants,
+      r.messagesPerNodePerSec,
+    ].map(String),
+  );
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string => cells.map((c, i) => (i ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ');
   const notes = results.map((r) => `  ${r.scenario}: ${SCENARIOS.find((s) => s.name === r.scenario)!.description}`);

@@ -41,7 +41,10 @@ function suiteRun(): Promise<{ ok: boolean; ms: number }> {
 const hogs = startBurners(burners, 6 * 3_600_000);
 const stop = (): void => hogs.forEach((h) => h.kill('SIGKILL'));
 // Stopped early, it stops its busy loops too (they would run on for hours).
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
   process.on(signal, () => {
     stop();
     process.exit(code);

@@ -56,7 +56,17 @@ export interface FoldOwnerStats {
 /** Counters of a new owner: all zero. */
 export function newStats(): FoldOwnerStats {
   return {
-    grants: 0, preGrants: 0, recalls: 0, exhaustedNotices: 0, refills: 0, withheld: 0, floatRefills: 0, floatAnswers: 0, reportsMerged: 0, reportsStale: 0, reserveReleases: 0,
+    grants: 0,
+    preGrants: 0,
+    recalls: 0,
+    exhaustedNotices: 0,
+    refills: 0,
+    withheld: 0,
+    floatRefills: 0,
+    floatAnswers: 0,
+    reportsMerged: 0,
+    reportsStale: 0,
+    reserveReleases: 0,
   };
 }
 

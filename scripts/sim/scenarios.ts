@@ -91,16 +91,12 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'bursty',
     description: `${KEYS} keys, ${LIMIT}/s each, bursts of 4× for 300 ms in every second (1.2× on average), random nodes`,
-    keys: (_nodes, random) =>
-      Array.from({ length: KEYS }, () => ({ limit: LIMIT, rate: LIMIT * 4, burst: { onMs: 300, periodMs: 1000, phaseMs: Math.floor(random() * 1000) }, evaluated: true })),
+    keys: (_nodes, random) => Array.from({ length: KEYS }, () => ({ limit: LIMIT, rate: LIMIT * 4, burst: { onMs: 300, periodMs: 1000, phaseMs: Math.floor(random() * 1000) }, evaluated: true })),
   },
   {
     name: 'hot-key',
     description: 'one key at 150 req/s (limit 100/s) beside 10,000 background keys at 0.1 req/s (limit 10/s); figures for the hot key',
-    keys: () => [
-      { limit: 100, rate: 150, evaluated: true },
-      ...Array.from({ length: 10_000 }, () => ({ limit: 10, rate: 0.1, evaluated: false })),
-    ],
+    keys: () => [{ limit: 100, rate: 150, evaluated: true }, ...Array.from({ length: 10_000 }, () => ({ limit: 10, rate: 0.1, evaluated: false }))],
   },
   {
     name: 'restart',

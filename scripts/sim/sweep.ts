@@ -100,7 +100,13 @@ export interface Tail {
  */
 export function runCell(cell: Cell, tail?: Tail): CellResult {
   const scenario: Scenario = { name: `${cell.shape}`, description: '', keys: (_nodes, random) => trafficFor(cell, random) };
-  const { scenario: _scenario, nodes: _nodes, seed: _seed, windowMs: _windowMs, ...measured } = simulate(scenario, {
+  const {
+    scenario: _scenario,
+    nodes: _nodes,
+    seed: _seed,
+    windowMs: _windowMs,
+    ...measured
+  } = simulate(scenario, {
     nodes: cell.nodes,
     seed: cell.seed,
     durationMs: durationFor(cell.windowMs),
@@ -130,9 +136,6 @@ export function grid(g: { nodes: number[]; limits: number[]; loads: number[]; sh
   const cells: Cell[] = [];
   for (const windowMs of g.windows)
     for (const nodes of g.nodes)
-      for (const shape of g.shapes)
-        for (const limit of g.limits)
-          for (const load of g.loads)
-            for (const seed of g.seeds) cells.push({ nodes, limit, load, shape, windowMs, seed });
+      for (const shape of g.shapes) for (const limit of g.limits) for (const load of g.loads) for (const seed of g.seeds) cells.push({ nodes, limit, load, shape, windowMs, seed });
   return cells;
 }

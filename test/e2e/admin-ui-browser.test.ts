@@ -57,12 +57,24 @@ describe('the enforcement-health page in headless Chromium, against a fleet of t
     const hasher = new KeyHasher([{ version: 'v1', secret: KEY_HASH_SECRET }]);
     const file = JSON.parse(readFileSync(fileURLToPath(new URL('../../../demo/policy.json', import.meta.url)), 'utf8')) as { demoKeys: Record<string, { plan: string }>; policy: PolicyDoc };
     const keys = Object.fromEntries(Object.entries(file.demoKeys).map(([k, v]) => [hasher.hash(k), { plan: v.plan }]));
-    await request(app).put('/admin/v1/policy').set({ Authorization: `Bearer ${ADMIN}` }).send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' }).expect(200);
+    await request(app)
+      .put('/admin/v1/policy')
+      .set({ Authorization: `Bearer ${ADMIN}` })
+      .send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' })
+      .expect(200);
     // Ok, and every node's status (published once a second) counting the shards it owns now.
-    await until(async () => {
-      const h = (await request(app).get('/admin/v1/health').set({ Authorization: `Bearer ${ADMIN}` })).body as { ok?: boolean; nodes?: Array<{ status: { ownedShards: number } | null }> };
-      return h.ok === true && (h.nodes ?? []).reduce((n, x) => n + (x.status?.ownedShards ?? 0), 0) === 64;
-    }, 'the fleet to report ok with its 64 shards in the nodes’ statuses', 30_000);
+    await until(
+      async () => {
+        const h = (
+          await request(app)
+            .get('/admin/v1/health')
+            .set({ Authorization: `Bearer ${ADMIN}` })
+        ).body as { ok?: boolean; nodes?: Array<{ status: { ownedShards: number } | null }> };
+        return h.ok === true && (h.nodes ?? []).reduce((n, x) => n + (x.status?.ownedShards ?? 0), 0) === 64;
+      },
+      'the fleet to report ok with its 64 shards in the nodes’ statuses',
+      30_000,
+    );
     // Some traffic, so owners hold credit the page shows against allowance.
     for (const n of fleet.nodes) for (const key of Object.keys(file.demoKeys)) await (await fetch(`${n.url}/api/hello`, { headers: { 'x-api-key': key } })).body?.cancel();
     server = app.listen(0, '127.0.0.1');
@@ -97,7 +109,11 @@ describe('the enforcement-health page in headless Chromium, against a fleet of t
       if (process.env.UPDATE_SCREENSHOT === '1') await page.screenshot({ path: SCREENSHOT, fullPage: true });
 
       // Enforcement switched off: the page, reloading itself, says so within a reload or two.
-      await request(app).post('/admin/v1/kill-switch').set({ Authorization: `Bearer ${GLASS}` }).send({ enforce: false, reason: 'e2e: the page must notice' }).expect(200);
+      await request(app)
+        .post('/admin/v1/kill-switch')
+        .set({ Authorization: `Bearer ${GLASS}` })
+        .send({ enforce: false, reason: 'e2e: the page must notice' })
+        .expect(200);
       await until(async () => (await page.locator('.verdict').getAttribute('data-ok')) === 'false', 'the page to reload and say not ok', 20_000);
       expect(await page.locator('.verdict').innerText()).to.include('The kill switch has enforcement off');
     } finally {

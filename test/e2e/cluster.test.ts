@@ -179,7 +179,12 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     const add = (c: Record<number, number>): void => {
       for (const [status, n] of Object.entries(c)) counts[Number(status)] = (counts[Number(status)] ?? 0) + n;
     };
-    for (const [who, ms] of [['owner', 50], ['owner', 1000], ['other', 2000], ['owner', 4000]] as const) {
+    for (const [who, ms] of [
+      ['owner', 50],
+      ['owner', 1000],
+      ['other', 2000],
+      ['owner', 4000],
+    ] as const) {
       const { node: owner } = await ownerOf(shard);
       const victim = who === 'owner' ? owner : fleet.nodes.find((n) => n !== owner)!;
       const paused = victim.pause(ms);
@@ -199,18 +204,31 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
   it('a policy change through the admin API reaches every running node process without a restart', async () => {
     const file = JSON.parse(readFileSync(policyPath, 'utf8')) as { demoKeys: Record<string, { plan: string }>; policy: PolicyDoc };
     const keys = Object.fromEntries(Object.entries(file.demoKeys).map(([k, v]) => [hasher.hash(k), { plan: v.plan }]));
-    const admin = createAdminApp({ store: new PolicyStore(raw, new StoreSigner([{ version: 'p1', secret: fleet.env.POLICY_SECRET! }])), redis: raw, adminToken: 'admin-token-0123456789', breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions: [{ version: 'v1', secret: KEY_HASH_SECRET }] } });
+    const admin = createAdminApp({
+      store: new PolicyStore(raw, new StoreSigner([{ version: 'p1', secret: fleet.env.POLICY_SECRET! }])),
+      redis: raw,
+      adminToken: 'admin-token-0123456789',
+      breakGlassToken: 'break-glass-token-0123456789',
+      keyHash: { versions: [{ version: 'v1', secret: KEY_HASH_SECRET }] },
+    });
     const auth = { Authorization: 'Bearer admin-token-0123456789' };
-    await request(admin).put('/admin/v1/policy').set(auth).send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' }).expect(200);
+    await request(admin)
+      .put('/admin/v1/policy')
+      .set(auth)
+      .send({ policy: { ...file.policy, keys }, reason: 'the demo policy, stored' })
+      .expect(200);
     // policy-probe moves from 1000 per hour to the free plan (10 per second).
     await request(admin).put('/admin/v1/overrides').set(auth).send({ key: 'policy-probe', plan: 'free', reason: 'e2e: live change' }).expect(200);
     // The announcement crosses Redis: a node has taken it once it answers under the free plan's windows.
     for (const n of fleet.nodes) {
-      await waitFor(async () => {
-        const res = await fetch(`${n.url}/api/hello`, { headers: { 'x-api-key': 'policy-probe' }, signal: AbortSignal.timeout(5000) });
-        await res.body?.cancel();
-        return res.headers.get('ratelimit-policy')?.includes('"burst"') === true;
-      }, { what: `${n.nodeId} to take the override`, timeoutMs: 10_000, intervalMs: 50 });
+      await waitFor(
+        async () => {
+          const res = await fetch(`${n.url}/api/hello`, { headers: { 'x-api-key': 'policy-probe' }, signal: AbortSignal.timeout(5000) });
+          await res.body?.cancel();
+          return res.headers.get('ratelimit-policy')?.includes('"burst"') === true;
+        },
+        { what: `${n.nodeId} to take the override`, timeoutMs: 10_000, intervalMs: 50 },
+      );
     }
     for (const n of fleet.nodes) {
       // Start just after the key's own burst boundary, so the twelve share one window.
@@ -229,7 +247,7 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     await drive(fleet.nodes, key, 300, (i) => i);
     const during: Array<{ status: number; degraded: boolean; ms: number }> = [];
     const serve = async (ms: number): Promise<void> => {
-      for (const end = Date.now() + ms; Date.now() < end; ) {
+      for (const end = Date.now() + ms; Date.now() < end;) {
         for (const n of fleet.nodes) during.push(await probe(n.url, key));
         await new Promise((r) => setTimeout(r, 50)); // fixed pacing: requests through the span
       }
@@ -253,7 +271,10 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
       redis.resume();
     }
     const late = during.slice(-3);
-    expect(late.every((r) => r.degraded), JSON.stringify(late)).to.equal(true);
+    expect(
+      late.every((r) => r.degraded),
+      JSON.stringify(late),
+    ).to.equal(true);
     expect(during.every((r) => r.status === 200 || r.status === 429)).to.equal(true);
     for (let i = 0; i < 100 && (await probe(fleet.nodes[0]!.url, key)).degraded; i++) await new Promise((r) => setTimeout(r, 50));
     expect((await probe(fleet.nodes[0]!.url, key)).degraded).to.equal(false);

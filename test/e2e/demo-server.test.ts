@@ -100,12 +100,18 @@ describe('demo server on a port already in use', () => {
 
 describe('admin API process (npm run admin)', () => {
   it('refuses to start with the .env.example placeholders', () => {
-    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1', ADMIN_TOKEN: 'replace-with-an-admin-token', BREAK_GLASS_TOKEN: 'replace-with-a-break-glass-token', KEY_HASH_SECRET: 'replace-with-a-random-secret', POLICY_SECRET: 'replace-with-a-third-random-secret' };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      REDIS_URL: 'redis://127.0.0.1:1',
+      ADMIN_TOKEN: 'replace-with-an-admin-token',
+      BREAK_GLASS_TOKEN: 'replace-with-a-break-glass-token',
+      KEY_HASH_SECRET: 'replace-with-a-random-secret',
+      POLICY_SECRET: 'replace-with-a-third-random-secret',
+    };
     const run = spawnSync(process.execPath, [join(ROOT, 'dist/admin/server.js')], { env, encoding: 'utf8', timeout: 10_000 });
     expect(run.status).to.equal(1);
     for (const name of ['ADMIN_TOKEN', 'BREAK_GLASS_TOKEN', 'KEY_HASH_SECRET', 'POLICY_SECRET']) expect(run.stderr).to.include(`${name} still holds the .env.example placeholder`);
   });
-
 
   it('refuses to start without its tokens, naming every missing setting', () => {
     const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1', ADMIN_TOKEN: 'same-token-0123456789', BREAK_GLASS_TOKEN: 'same-token-0123456789' };

@@ -15,7 +15,12 @@ const ENTRY_POINTS = [
     name: 'admin API',
     file: 'dist/admin/server.js',
     portVar: 'ADMIN_PORT',
-    env: { ADMIN_TOKEN: 'admin-token-0123456789-0123456789-abc', BREAK_GLASS_TOKEN: 'glass-token-0123456789-0123456789-abc', KEY_HASH_SECRET: 'e2e-key-hash-secret-0123', POLICY_SECRET: 'e2e-bus-secret-0123456' },
+    env: {
+      ADMIN_TOKEN: 'admin-token-0123456789-0123456789-abc',
+      BREAK_GLASS_TOKEN: 'glass-token-0123456789-0123456789-abc',
+      KEY_HASH_SECRET: 'e2e-key-hash-secret-0123',
+      POLICY_SECRET: 'e2e-bus-secret-0123456',
+    },
   },
   { name: 'maintenance worker', file: 'dist/admin/worker.js', portVar: undefined, env: {} },
 ] as const;

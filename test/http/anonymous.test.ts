@@ -27,7 +27,14 @@ function anonymousApp(trustProxy: unknown, options: Partial<RateLimiterOptions> 
 
 async function statuses(app: Express, n: number, forwardedFor?: string): Promise<number[]> {
   const out: number[] = [];
-  for (let i = 0; i < n; i++) out.push((await request(app).get('/x').set(forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor })).status);
+  for (let i = 0; i < n; i++)
+    out.push(
+      (
+        await request(app)
+          .get('/x')
+          .set(forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor })
+      ).status,
+    );
   return out;
 }
 

@@ -94,11 +94,13 @@ describe('hooks: skip, onLimited and req.rateLimit', () => {
     for (const requestPropertyName of ['quota', false] as const) {
       const limiter = rateLimiter({ policy: demoPolicy(), identify: () => ({ principal: RAW_KEY, tenant: 'acme' }), keyHash: TEST_KEY_HASH, logger: captureLogger().logger, requestPropertyName });
       opened.push(limiter);
-      const app = express().use(limiter).use((req, res) => {
-        const quota = (req as unknown as { quota?: RateLimitInfo }).quota;
-        seen.push([req.rateLimit, quota?.limit, quota?.remaining, quota?.window]);
-        res.end();
-      });
+      const app = express()
+        .use(limiter)
+        .use((req, res) => {
+          const quota = (req as unknown as { quota?: RateLimitInfo }).quota;
+          seen.push([req.rateLimit, quota?.limit, quota?.remaining, quota?.window]);
+          res.end();
+        });
       await request(app).get('/x').expect(200);
     }
     expect(seen).to.deep.equal([

@@ -44,7 +44,14 @@ describe('Prometheus metrics (O1)', () => {
       res.json({ ok: true });
     });
 
-    const before = parse((await request(app).get('/metrics').expect(200).expect('content-type', /text\/plain/)).text);
+    const before = parse(
+      (
+        await request(app)
+          .get('/metrics')
+          .expect(200)
+          .expect('content-type', /text\/plain/)
+      ).text,
+    );
     expect(before.get('fleet_ratelimit_decisions_total{class="admitted",node="metrics-node"}')).to.equal(0);
     for (let i = 0; i < 64; i++) await request(app).get('/x').set('x-key', 'k1'); // demo plan: 10 per second
     const after = parse((await request(app).get('/metrics').expect(200)).text);
@@ -75,11 +82,20 @@ describe('Prometheus metrics (O1)', () => {
       await Promise.all(opened.splice(0).map((l) => l.close()));
     });
     const make = (options: Partial<RateLimiterOptions>): { limiter: RateLimiterMiddleware; app: Express } => {
-      const l = rateLimiter({ policy: demoPolicy(), identify: (req: Request) => ({ principal: String(req.headers['x-key']), tenant: 'acme' }), keyHash: TEST_KEY_HASH, clock: new FakeClock(1_800_000_000_000), logger: captureLogger().logger, ...options });
-      opened.push(l);
-      const app = express().use(l).use((_req, res) => {
-        res.json({ ok: true });
+      const l = rateLimiter({
+        policy: demoPolicy(),
+        identify: (req: Request) => ({ principal: String(req.headers['x-key']), tenant: 'acme' }),
+        keyHash: TEST_KEY_HASH,
+        clock: new FakeClock(1_800_000_000_000),
+        logger: captureLogger().logger,
+        ...options,
       });
+      opened.push(l);
+      const app = express()
+        .use(l)
+        .use((_req, res) => {
+          res.json({ ok: true });
+        });
       return { limiter: l, app };
     };
     const send = async (app: Express, n: number): Promise<void> => {

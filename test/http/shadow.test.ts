@@ -27,9 +27,11 @@ function appWith(policy: PolicyDoc, bus?: Bus) {
     rateLimitHeaders: true,
   });
   opened.push(limiter);
-  const app = express().use(limiter).use((_req, res) => {
-    res.json({ ok: true });
-  });
+  const app = express()
+    .use(limiter)
+    .use((_req, res) => {
+      res.json({ ok: true });
+    });
   return { app, limiter };
 }
 
@@ -79,7 +81,9 @@ describe('shadow mode and dual runs: every decision computed, refusals counted, 
 
   it('a dual run: the enforced plan decides and sends its headers; the plan beside it counts what it would refuse', async () => {
     const base = demoPolicy();
-    const policy = demoPolicy({ plans: { ...base.plans, free: { windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], shadow: 'candidate' }, candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 1000 }] } } });
+    const policy = demoPolicy({
+      plans: { ...base.plans, free: { windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], shadow: 'candidate' }, candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 1000 }] } },
+    });
     const { app, limiter } = appWith(policy);
     const answers = await send(app, 8);
     expect(answers.map((a) => a.status)).to.deep.equal([200, 200, 200, 200, 200, 200, 429, 429]);
@@ -92,7 +96,9 @@ describe('shadow mode and dual runs: every decision computed, refusals counted, 
 
   it('a dual run in a fleet (the lease protocol over the in-memory bus): the plan beside has leases of its own', async () => {
     const base = demoPolicy();
-    const policy = demoPolicy({ plans: { ...base.plans, free: { windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], shadow: 'candidate' }, candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 1000 }] } } });
+    const policy = demoPolicy({
+      plans: { ...base.plans, free: { windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], shadow: 'candidate' }, candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 1000 }] } },
+    });
     const { app, limiter } = appWith(policy, new MemoryBus({ shards: 64, roundMs: 25, clock: CLOCK }));
     const answers = await send(app, 8);
     expect(answers.map((a) => a.status)).to.deep.equal([200, 200, 200, 200, 200, 200, 429, 429]);

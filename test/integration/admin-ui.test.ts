@@ -88,15 +88,21 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
     expect(empty).to.include('No policy is stored');
 
     await request(app).put('/admin/v1/policy').set(as(ADMIN)).send({ policy: demoPolicy(), reason: 'ui check policy' }).expect(200);
-    const gateway = express().use(limiter).use((_req, res) => {
-      res.json({ ok: true });
-    });
+    const gateway = express()
+      .use(limiter)
+      .use((_req, res) => {
+        res.json({ ok: true });
+      });
     let page = '';
-    await until(async () => {
-      await request(gateway).get('/x');
-      page = (await request(app).get('/admin/ui').set(as(ADMIN)).expect(200)).text;
-      return page.includes('data-ok="true"') && !/Credit leased \/ allowance<\/dt><dd>0 \//.test(page);
-    }, 'the page to show the fleet ok with credit leased', 10_000);
+    await until(
+      async () => {
+        await request(gateway).get('/x');
+        page = (await request(app).get('/admin/ui').set(as(ADMIN)).expect(200)).text;
+        return page.includes('data-ok="true"') && !/Credit leased \/ allowance<\/dt><dd>0 \//.test(page);
+      },
+      'the page to show the fleet ok with credit leased',
+      10_000,
+    );
     expect(page).to.include('Every node is enforcing the stored policy');
     expect(page).to.match(/<dt>Policy version<\/dt><dd>1<\/dd>/);
     expect(page).to.match(/<dt>Shards owned<\/dt><dd>8 \/ 8<\/dd>/);
@@ -106,7 +112,20 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
 
     // A member speaking another bus schema (its envelopes and ours refuse each other): not ok.
     const keys = new KeySchema(prefix);
-    const status = { degraded: false, foldAgeMs: 0, enforcing: true, policyVersion: 1, buckets: 0, leases: { ledgers: 0, committed: 0, allowance: 0 }, eventsDropped: 0, release: '9.0.0', schemaVersion: SCHEMA_VERSION + 1, nodeEpoch: 'e-next', ownedShards: 0, at: Date.now() };
+    const status = {
+      degraded: false,
+      foldAgeMs: 0,
+      enforcing: true,
+      policyVersion: 1,
+      buckets: 0,
+      leases: { ledgers: 0, committed: 0, allowance: 0 },
+      eventsDropped: 0,
+      release: '9.0.0',
+      schemaVersion: SCHEMA_VERSION + 1,
+      nodeEpoch: 'e-next',
+      ownedShards: 0,
+      at: Date.now(),
+    };
     await raw.multi().zadd(keys.ctl('members'), Date.now(), 'next-node').hset(keys.ctl('epochs'), 'next-node', 'e-next').hset(keys.ctl('status'), 'next-node', JSON.stringify(status)).exec();
     const health = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as { ok: boolean; releases: Array<{ release: string; schemaVersion: number; nodes: string[] }> };
     expect(health.ok).to.equal(false);

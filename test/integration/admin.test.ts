@@ -68,11 +68,26 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
   });
 
   it('bearer scheme in any case; body errors before auth are problems with their status, never a stack trace', async () => {
-    for (const scheme of ['bearer', 'BEARER', 'Bearer']) expect((await request(app).get('/admin/v1/audit').set({ Authorization: `${scheme} ${ADMIN}` })).status, scheme).to.equal(200);
+    for (const scheme of ['bearer', 'BEARER', 'Bearer'])
+      expect(
+        (
+          await request(app)
+            .get('/admin/v1/audit')
+            .set({ Authorization: `${scheme} ${ADMIN}` })
+        ).status,
+        scheme,
+      ).to.equal(200);
     const cases: Array<[request.Test, number, string]> = [
       [request(app).put('/admin/v1/policy').set('content-type', 'application/json; charset=latin9').send('{}'), 415, 'content-type'],
       [request(app).put('/admin/v1/policy').set('content-type', 'application/json').set('content-encoding', 'x-unknown').send('{}'), 415, 'content-encoding'],
-      [request(app).put('/admin/v1/policy').set('content-type', 'application/json').send(`{"x":"${'a'.repeat(1_100_000)}"}`), 413, '(body)'],
+      [
+        request(app)
+          .put('/admin/v1/policy')
+          .set('content-type', 'application/json')
+          .send(`{"x":"${'a'.repeat(1_100_000)}"}`),
+        413,
+        '(body)',
+      ],
     ];
     for (const [call, status, path] of cases) {
       const res = await call;
@@ -90,7 +105,10 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
   it('refuses plan names an object inherits (__proto__, constructor, toString, hasOwnProperty)', async () => {
     expect((await putPolicy(demoPolicy())).status).to.equal(200);
     for (const name of ['__proto__', 'constructor', 'toString', 'hasOwnProperty']) {
-      const res = await request(app).put(`/admin/v1/plans/${name}`).set(as(ADMIN)).send({ windows: [{ name: 'w', limit: 5, windowMs: 1000 }], reason: 'try a reserved name' });
+      const res = await request(app)
+        .put(`/admin/v1/plans/${name}`)
+        .set(as(ADMIN))
+        .send({ windows: [{ name: 'w', limit: 5, windowMs: 1000 }], reason: 'try a reserved name' });
       expect(res.status, name).to.equal(400);
       expect(JSON.parse(res.text).problems[0].path).to.equal('name');
     }
@@ -120,7 +138,11 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
       expect(res.status, JSON.stringify(res.body)).to.equal(400);
       expect(res.headers['content-type']).to.match(/problem\+json/);
       const got = (JSON.parse(res.text) as { problems: Array<{ path: string }> }).problems.map((p) => p.path);
-      for (const p of paths) expect(got.some((g) => g === p || g.startsWith(`${p}.`) || g.startsWith(p)), `${p} in ${JSON.stringify(got)}`).to.equal(true);
+      for (const p of paths)
+        expect(
+          got.some((g) => g === p || g.startsWith(`${p}.`) || g.startsWith(p)),
+          `${p} in ${JSON.stringify(got)}`,
+        ).to.equal(true);
       expect(res.text).to.not.include(RAW_KEY);
     }
     expect(await store.current()).to.deep.equal(before);
@@ -134,7 +156,14 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     expect((await putPolicy(demoPolicy(), 'again')).body).to.deep.equal({ version: 1 });
     expect((await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: true, reason: 'already on' })).body).to.deep.include({ enforce: true });
     expect(await store.auditLog(10)).to.have.length(1);
-    expect((await request(app).put('/admin/v1/plans/gold').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 500, windowMs: 1000 }], reason: 'gold plan launch' })).body).to.deep.equal({ plan: 'gold', version: 2 });
+    expect(
+      (
+        await request(app)
+          .put('/admin/v1/plans/gold')
+          .set(as(ADMIN))
+          .send({ windows: [{ name: 'burst', limit: 500, windowMs: 1000 }], reason: 'gold plan launch' })
+      ).body,
+    ).to.deep.equal({ plan: 'gold', version: 2 });
     const put = await request(app).put('/admin/v1/overrides').set(as(ADMIN)).send({ key: RAW_KEY, plan: 'gold', reason: 'vip customer' });
     const keyId = new KeyHasher(TEST_KEY_HASH.versions).hash(RAW_KEY);
     expect(put.body).to.deep.equal({ keyId, version: 3 });
@@ -167,13 +196,24 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
     limiters.push(limiter);
     await limiter.ready();
     const someone = new KeyHasher(TEST_KEY_HASH.versions).hash('someone');
-    const freeLimits = (): number[] => limiter.policy().limitsFor(someone, 'acme').windows.map((w) => w.limit);
+    const freeLimits = (): number[] =>
+      limiter
+        .policy()
+        .limitsFor(someone, 'acme')
+        .windows.map((w) => w.limit);
     expect(freeLimits()).to.deep.equal([10, 100]); // the policy it started with
     // The first stored policy replaces the node's bootstrap policy, whatever its version number.
     expect((await putPolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit: 3, windowMs: 1000 }] } } }, 'tighter free plan')).status).to.equal(200);
     await until(() => freeLimits().join() === '3', 'the node to take the stored policy', 3000);
     // Then each later version.
-    expect((await request(app).put('/admin/v1/plans/free').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 7, windowMs: 1000 }], reason: 'a little looser' })).body.version).to.equal(2);
+    expect(
+      (
+        await request(app)
+          .put('/admin/v1/plans/free')
+          .set(as(ADMIN))
+          .send({ windows: [{ name: 'burst', limit: 7, windowMs: 1000 }], reason: 'a little looser' })
+      ).body.version,
+    ).to.equal(2);
     await until(() => limiter.policy().version === 2 && freeLimits().join() === '7', 'version 2', 3000);
     // A document that does not compile is refused by the API, so the node never sees it.
     expect((await putPolicy({ ...demoPolicy(), anonymousPlan: 'missing' })).status).to.equal(400);
@@ -189,12 +229,17 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
 
     await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: false, reason: 'drill' }).expect(200);
     await until(() => !limiter.enforcing, 'enforcement off', 3000);
-    const gateway = express().use(limiter).use((_req, res) => {
-      res.json({ ok: true });
-    });
+    const gateway = express()
+      .use(limiter)
+      .use((_req, res) => {
+        res.json({ ok: true });
+      });
     const statuses: number[] = [];
     for (let i = 0; i < 20; i++) statuses.push((await request(gateway).get('/x')).status);
-    expect(statuses.every((st) => st === 200), statuses.join()).to.equal(true);
+    expect(
+      statuses.every((st) => st === 200),
+      statuses.join(),
+    ).to.equal(true);
     expect(limiter.stats.bypassed).to.equal(20);
     await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: true, reason: 'drill over' }).expect(200);
     await until(() => limiter.enforcing, 'enforcement back on', 3000);
@@ -217,22 +262,28 @@ describe('admin API (real redis-server): auth, validation, audit, live policies,
       unownedShards: number[];
     };
     // Some traffic, so the owner holds ledgers.
-    const gateway = express().use(limiter).use((_req, res) => {
-      res.json({ ok: true });
-    });
+    const gateway = express()
+      .use(limiter)
+      .use((_req, res) => {
+        res.json({ ok: true });
+      });
     // Free plan: its 60 s window's ledger lasts. On a starved machine a first ask may miss its
     // deadline, rounds run late, or a request is admitted while the node counts itself degraded (no
     // credit issued for it): requests go on until the owner has issued credit the status shows.
     const codes: number[] = [];
     let h = {} as Health;
     let polls = 0;
-    await until(async () => {
-      // A request each poll until one is admitted, then one every 20 polls.
-      if (!codes.includes(200) || ++polls % 20 === 0) codes.push((await request(gateway).get('/x')).status);
-      h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as Health;
-      // (Its status is published every second: one may come before the credit it issued.)
-      return h.nodes[0]?.status?.policyVersion === 1 && h.nodes[0].status.leases.ledgers > 0 && h.leases.committed > 0;
-    }, 'the node to report its status and the credit it issued', 10_000);
+    await until(
+      async () => {
+        // A request each poll until one is admitted, then one every 20 polls.
+        if (!codes.includes(200) || ++polls % 20 === 0) codes.push((await request(gateway).get('/x')).status);
+        h = (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as Health;
+        // (Its status is published every second: one may come before the credit it issued.)
+        return h.nodes[0]?.status?.policyVersion === 1 && h.nodes[0].status.leases.ledgers > 0 && h.leases.committed > 0;
+      },
+      'the node to report its status and the credit it issued',
+      10_000,
+    );
     expect(h.ok, JSON.stringify(h)).to.equal(true);
     expect(h.enforcing).to.equal(true);
     expect(h.degradedNodes).to.deep.equal([]);

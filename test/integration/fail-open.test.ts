@@ -15,9 +15,11 @@ describe('fail-open while degraded is charged (real redis-server)', function () 
     const limiter = redisLimiter(ctx.redis.url, ctx.prefix, 'fail-open-node', 'fail-open-key', { policy, degradedAfterMs: 300, shards: 8 });
     try {
       await limiter.ready();
-      const app = express().use(limiter).use((_req, res) => {
-        res.json({ ok: true });
-      });
+      const app = express()
+        .use(limiter)
+        .use((_req, res) => {
+          res.json({ ok: true });
+        });
       const send = async (n: number): Promise<number[]> => {
         const out: number[] = [];
         for (let i = 0; i < n; i++) out.push((await request(app).get('/x')).status);
@@ -36,7 +38,10 @@ describe('fail-open while degraded is charged (real redis-server)', function () 
       } finally {
         ctx.redis.resume();
       }
-      expect(during.every((s) => s === 200), during.join()).to.equal(true);
+      expect(
+        during.every((s) => s === 200),
+        during.join(),
+      ).to.equal(true);
       expect(limiter.stats.failOpen).to.be.above(0);
       expect(limiter.node.stats.charged).to.equal(limiter.stats.failOpen);
       await until(() => !limiter.node.degraded, 'contact back', 5000);

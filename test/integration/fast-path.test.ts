@@ -46,7 +46,6 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     return [a, b];
   };
 
-
   /** Two members, `a` connected to `b`'s listener: an ask has gone direct. */
   const connected = async (salt: string): Promise<[Member, Member, () => string]> => {
     const [a, b] = await pair();
@@ -75,11 +74,15 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     // Once Redis takes writes again the grant is logged, then delivered late (kept for the next
     // request). However slow either process is (a starved machine), whenever this node holds credit
     // for the key the log has its grant already.
-    await until(async () => {
-      if (issued() === 0) return false;
-      expect(await loggedGrants(ctx.raw, ctx.prefix, keyId), 'credit applied before the log has it').to.be.at.least(1);
-      return true;
-    }, 'the grant to land', 5000);
+    await until(
+      async () => {
+        if (issued() === 0) return false;
+        expect(await loggedGrants(ctx.raw, ctx.prefix, keyId), 'credit applied before the log has it').to.be.at.least(1);
+        return true;
+      },
+      'the grant to land',
+      5000,
+    );
     expect(b.owner.issued(keyId, WINDOW_MS, placeOf(keyId).windowId)).to.be.above(0);
   });
 
@@ -97,7 +100,11 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     s.write(`${EnvelopeCodec.toJson(codec.seal('hello', { nonce: 'a-nonce-of-the-float-test' }))}\n`);
     await until(() => frames.includes('\n'), 'the greeting');
     const answers = (): Array<{ re: number; messages: Array<{ type: string; floated?: number }> }> =>
-      frames.trim().split('\n').slice(1).map((line) => codec.open(EnvelopeCodec.fromJson(line)).body as { re: number; messages: Array<{ type: string; floated?: number }> });
+      frames
+        .trim()
+        .split('\n')
+        .slice(1)
+        .map((line) => codec.open(EnvelopeCodec.fromJson(line)).body as { re: number; messages: Array<{ type: string; floated?: number }> });
     const ask = (id: number, spent: number): void => {
       const request = { keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 99, spent, selfIssued: 0, released: 0, need: 1, demand: 0, fastPath: true };
       s.write(`${EnvelopeCodec.toJson(codec.seal('ask', { id, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [request] }))}\n`);
@@ -128,7 +135,11 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     ask(2, 1);
     try {
       await until(() => answers().some((x) => x.re === 2), 'the second answer');
-      expect(answers().find((x) => x.re === 2)!.messages.find((m) => m.type === 'grant')).to.include({ floated: 1 });
+      expect(
+        answers()
+          .find((x) => x.re === 2)!
+          .messages.find((m) => m.type === 'grant'),
+      ).to.include({ floated: 1 });
       expect(held, 'log writes started').to.be.above(0);
       expect(written, 'log writes finished before the answer').to.equal(0);
     } finally {
@@ -253,7 +264,12 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const { windowId } = placeOf(keyId);
     const served = b.bus.stats.asksServed;
     const leaving = b.stop();
-    const ask = { id: 7, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 5, demand: 5, fastPath: true }] };
+    const ask = {
+      id: 7,
+      nodeId: 'a',
+      nodeEpoch: a.nodeEpoch,
+      requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 5, demand: 5, fastPath: true }],
+    };
     await ctx.raw.publish(`${ctx.prefix}:node:b`, EnvelopeCodec.toJson(codec.seal('ask', ask)));
     await leaving;
     expect(b.owner.issued(keyId, WINDOW_MS, windowId)).to.equal(0);
@@ -267,7 +283,12 @@ describe('Fast path over its direct channel (real redis-server)', function () {
     const { windowId } = placeOf(keyId);
     const addr = b.bus.fastPathAddress()!;
     const forger = new EnvelopeCodec([{ version: 'b1', secret: 'someone-elses-secret' }]);
-    const ask = { id: 1, nodeId: 'a', nodeEpoch: a.nodeEpoch, requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 50, demand: 50, fastPath: true }] };
+    const ask = {
+      id: 1,
+      nodeId: 'a',
+      nodeEpoch: a.nodeEpoch,
+      requests: [{ keyId, windowId, windowMs: WINDOW_MS, limit: 100, nodeId: 'a', nodeEpoch: a.nodeEpoch, lease: 0, spent: 0, selfIssued: 0, released: 0, need: 50, demand: 50, fastPath: true }],
+    };
     const s = connect(addr.port, addr.host);
     let greeting = '';
     let closed = false;

@@ -87,13 +87,25 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
 
   it('a node records its 429s as limit events, one per window with their count (key id, window, class, correlation ids; never the raw key)', async () => {
     // Ten a minute: the twelve requests share one window however slowly a loaded machine sends them.
-    const policy = demoPolicy({ plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit: 10, windowMs: 60_000 }, { name: 'sustained', limit: 100, windowMs: 3_600_000 }] } } });
+    const policy = demoPolicy({
+      plans: {
+        ...demoPolicy().plans,
+        free: {
+          windows: [
+            { name: 'burst', limit: 10, windowMs: 60_000 },
+            { name: 'sustained', limit: 100, windowMs: 3_600_000 },
+          ],
+        },
+      },
+    });
     const limiter = redisLimiter(redis.url, prefix, 'events-node', 'sk_live_customer_one', { policy });
     cleanup.push(() => limiter.close());
     await limiter.ready();
-    const app = express().use(limiter).use((_req, res) => {
-      res.json({ ok: true });
-    });
+    const app = express()
+      .use(limiter)
+      .use((_req, res) => {
+        res.json({ ok: true });
+      });
     const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => request(app).get('/x').set('x-correlation-id', `corr-${i}`)));
     const statuses = answers.map((r) => r.status);
     // The window each 429 named: burst, or — on a machine so busy that a first ask came back with
@@ -114,7 +126,18 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     // One event per window (two if a window rolled over mid-run), counting every 429 it named.
     expect(found.length, `answers ${statuses.join(' ')}`).to.be.within(1, 2 * new Set(named.values()).size);
     expect(count(found.map((e) => [e.window, e.count] as const))).to.deep.equal(count([...named.values()].map((w) => [w, 1] as const)));
-    const odd = found.filter((e) => !(e.class === 'quota' && e.status === 429 && named.get(e.firstCorrelationId) === e.window && named.get(e.lastCorrelationId) === e.window && e.first <= e.last && e.node === 'events-node' && e.routeClass === 'default'));
+    const odd = found.filter(
+      (e) =>
+        !(
+          e.class === 'quota' &&
+          e.status === 429 &&
+          named.get(e.firstCorrelationId) === e.window &&
+          named.get(e.lastCorrelationId) === e.window &&
+          e.first <= e.last &&
+          e.node === 'events-node' &&
+          e.routeClass === 'default'
+        ),
+    );
     expect(odd, `answers ${statuses.join(' ')}`).to.deep.equal([]);
     const stored = JSON.stringify(await raw.xrange(`${prefix}:{ev}:events`, '-', '+'));
     expect(stored).to.not.include('sk_live_customer_one');
@@ -123,21 +146,51 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   it('subject access and erasure by raw key: exactly the subject’s events, under every retained hash-key version, audited', async () => {
     const store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     const log = new EventLog(raw, prefix);
-    const versions = [{ version: 'v1', secret: 'old-secret-0123456789' }, { version: 'v2', secret: 'new-secret-0123456789' }];
+    const versions = [
+      { version: 'v1', secret: 'old-secret-0123456789' },
+      { version: 'v2', secret: 'new-secret-0123456789' },
+    ];
     const rotated = new KeyHasher(versions, 'v2');
     const subject = 'sk_live_subject_key';
     const [v1Id, v2Id] = ['v1', 'v2'].map((v) => new KeyHasher(versions, v).hash(subject)) as [string, string];
     const other = rotated.hash('sk_live_someone_else');
-    for (const [id, at] of [[v1Id, 1], [v2Id, 2], [other, 3]] as const) log.record(refusal(id, Date.now() - at));
+    for (const [id, at] of [
+      [v1Id, 1],
+      [v2Id, 2],
+      [other, 3],
+    ] as const)
+      log.record(refusal(id, Date.now() - at));
     await log.flush(true);
-    const app = createAdminApp({ store, redis: raw, prefix, adminToken: ADMIN, breakGlassToken: 'break-glass-token-0123456789', keyHash: { versions, current: 'v2' }, events: log, logger: captureLogger().logger });
+    const app = createAdminApp({
+      store,
+      redis: raw,
+      prefix,
+      adminToken: ADMIN,
+      breakGlassToken: 'break-glass-token-0123456789',
+      keyHash: { versions, current: 'v2' },
+      events: log,
+      logger: captureLogger().logger,
+    });
     const auth = { Authorization: `Bearer ${ADMIN}` };
 
-    const access = await request(app).post('/admin/v1/subjects/events').set(auth).send({ keys: [subject], reason: 'subject access request 7' }).expect(200);
-    expect((access.body as { events: LimitEvent[] }).events.map((e) => [e.keyId, e.count]).sort()).to.deep.equal([[v1Id, 1], [v2Id, 1]].sort());
+    const access = await request(app)
+      .post('/admin/v1/subjects/events')
+      .set(auth)
+      .send({ keys: [subject], reason: 'subject access request 7' })
+      .expect(200);
+    expect((access.body as { events: LimitEvent[] }).events.map((e) => [e.keyId, e.count]).sort()).to.deep.equal(
+      [
+        [v1Id, 1],
+        [v2Id, 1],
+      ].sort(),
+    );
     expect(access.body.refusals).to.equal(2);
     expect(access.text).to.not.include(subject);
-    const erase = await request(app).post('/admin/v1/subjects/erase').set(auth).send({ keys: [subject], reason: 'erasure request 7' }).expect(200);
+    const erase = await request(app)
+      .post('/admin/v1/subjects/erase')
+      .set(auth)
+      .send({ keys: [subject], reason: 'erasure request 7' })
+      .expect(200);
     expect(erase.body.erased).to.equal(2);
     expect((await log.find([other])).length).to.equal(1);
     expect((await log.find([v1Id, v2Id])).length).to.equal(0);
@@ -165,10 +218,14 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     const started = await request(app).post('/admin/v1/jobs/reap').set(auth).send({ reason: 'after node-3 died' }).expect(202);
     const id = (started.body as { id: string }).id;
     let job: { state: string; result: unknown } = { state: '', result: null };
-    await until(async () => {
-      job = (await request(app).get(`/admin/v1/jobs/${id}`).set(auth)).body as typeof job;
-      return job.state === 'completed';
-    }, 'the job to complete', 10_000);
+    await until(
+      async () => {
+        job = (await request(app).get(`/admin/v1/jobs/${id}`).set(auth)).body as typeof job;
+        return job.state === 'completed';
+      },
+      'the job to complete',
+      10_000,
+    );
     expect(job.result).to.deep.equal({ deadConsumers: 0, claimedEntries: 0, removedConsumers: 0, removedMembers: 0, trimmedEntries: 0 });
     expect((await store.auditLog(1))[0]).to.deep.include({ action: 'job.run', target: 'reap', reason: 'after node-3 died' });
     expect((await request(app).get('/admin/v1/jobs/nope').set(auth)).status).to.equal(404);

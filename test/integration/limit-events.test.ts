@@ -52,7 +52,15 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
 
   function limiter(extra: Record<string, unknown>, identify: (req: express.Request) => { principal: string; tenant: string } | undefined): RateLimiterMiddleware {
     const events = (extra.events ?? {}) as Record<string, unknown>;
-    const l = rateLimiter({ policy: demoPolicy(), identify, keyHash: TEST_KEY_HASH, nodeId: `${prefix}-node`, logger: captureLogger().logger, redis: { url: redis.url, prefix, busSecret: BUS_SECRET, events }, ...(extra.policy ? { policy: extra.policy as never } : {}) });
+    const l = rateLimiter({
+      policy: demoPolicy(),
+      identify,
+      keyHash: TEST_KEY_HASH,
+      nodeId: `${prefix}-node`,
+      logger: captureLogger().logger,
+      redis: { url: redis.url, prefix, busSecret: BUS_SECRET, events },
+      ...(extra.policy ? { policy: extra.policy as never } : {}),
+    });
     cleanup.push(() => l.close());
     return l;
   }
@@ -60,7 +68,9 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
   it('an anonymous flood from one address writes one event per 1 s window, not one per refusal, and counts every refusal', async () => {
     const l = limiter({}, () => undefined);
     await l.ready();
-    const app = express().use(l).get('/x', (_req, res) => void res.json({ ok: true }));
+    const app = express()
+      .use(l)
+      .get('/x', (_req, res) => void res.json({ ok: true }));
     const server = app.listen(0, '127.0.0.1');
     cleanup.push(() => void server.close());
     await new Promise((r) => server.once('listening', r));
@@ -94,12 +104,19 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
   it('shadow mode and dual runs record their would-be refusals as events of their own class, status 200', async () => {
     const base = demoPolicy();
     const policy = demoPolicy({
-      plans: { ...base.plans, free: { windows: [{ name: 'burst', limit: 6, windowMs: 60_000 }], shadow: 'candidate' }, candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 60_000 }] }, trial: { mode: 'shadow', windows: [{ name: 'burst', limit: 2, windowMs: 60_000 }] } },
+      plans: {
+        ...base.plans,
+        free: { windows: [{ name: 'burst', limit: 6, windowMs: 60_000 }], shadow: 'candidate' },
+        candidate: { windows: [{ name: 'tight', limit: 4, windowMs: 60_000 }] },
+        trial: { mode: 'shadow', windows: [{ name: 'burst', limit: 2, windowMs: 60_000 }] },
+      },
     });
     const l = limiter({ policy }, (req) => ({ principal: String(req.headers['x-key']), tenant: 'acme' }));
     await l.ready();
     l.updatePolicy({ ...policy, version: 2, keys: { [l.hasher.hash('trial-key')]: { plan: 'trial' } } });
-    const app = express().use(l).get('/x', (_req, res) => void res.json({ ok: true }));
+    const app = express()
+      .use(l)
+      .get('/x', (_req, res) => void res.json({ ok: true }));
     const codes = { free: [] as number[], trial: [] as number[] };
     for (let i = 0; i < 8; i++) {
       codes.free.push((await request(app).get('/x').set('x-key', 'free-key')).status);
@@ -114,7 +131,11 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
     const of = (cls: string) => events.filter((e) => e.class === cls);
     expect(of('shadow').map((e) => [e.keyId, e.status, e.window, e.count])).to.deep.equal([[l.hasher.hash('trial-key'), 200, 'burst', l.stats.shadowDenied]]);
     expect(l.stats.shadowDenied).to.be.at.least(1);
-    expect(of('dual_run').map((e) => [e.keyId, e.status, e.window]).slice(0, 1)).to.deep.equal(l.stats.dualRunDenied > 0 ? [[l.hasher.hash('free-key'), 200, 'tight']] : []);
+    expect(
+      of('dual_run')
+        .map((e) => [e.keyId, e.status, e.window])
+        .slice(0, 1),
+    ).to.deep.equal(l.stats.dualRunDenied > 0 ? [[l.hasher.hash('free-key'), 200, 'tight']] : []);
     expect(of('dual_run').reduce((n, e) => n + e.count, 0)).to.equal(l.stats.dualRunDenied);
     expect(of('quota').reduce((n, e) => n + e.count, 0)).to.equal(l.stats.quotaDenied);
   });
@@ -145,7 +166,9 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
     const policy = demoPolicy({ defaultPlan: 'one', plans: { ...demoPolicy().plans, one: { windows: [{ name: 'hourly', limit: 1, windowMs: 3_600_000 }] } } });
     const l = limiter({ policy, events: { maxPending: 2 } }, (req) => ({ principal: String(req.headers['x-key']), tenant: 'acme' }));
     await l.ready();
-    const app = express().use(l).get('/x', (_req, res) => void res.json({ ok: true }));
+    const app = express()
+      .use(l)
+      .get('/x', (_req, res) => void res.json({ ok: true }));
     for (let k = 0; k < 5; k++) for (let i = 0; i < 3; i++) await request(app).get('/x').set('x-key', `key-${k}`);
     const denied = l.stats.quotaDenied;
     expect(denied).to.be.at.least(10);

@@ -248,7 +248,10 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     await new Promise((r) => setTimeout(r, 1500));
     stop = true;
     await drive;
-    expect(fleet.reduce((n, m) => n + m.node.stats.selfGrants, 0), 'self-grants during the freeze').to.be.above(0);
+    expect(
+      fleet.reduce((n, m) => n + m.node.stats.selfGrants, 0),
+      'self-grants during the freeze',
+    ).to.be.above(0);
     const over = [...admitted].filter(([, n]) => n > 60);
     expect(over, 'windows over their allowance').to.deep.equal([]);
   });
@@ -275,13 +278,24 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const restarting = ctx.redis.restart({ empty: true });
     await b.stop(); // b's shards go to a or c, with no log to replay
     await restarting;
-    await until(() => keys.every((k) => { const o = c.bus.owners()[place(k)]; return o !== undefined && o.owner !== 'b'; }), 'new owners', 10_000);
+    await until(
+      () =>
+        keys.every((k) => {
+          const o = c.bus.owners()[place(k)];
+          return o !== undefined && o.owner !== 'b';
+        }),
+      'new owners',
+      10_000,
+    );
     for (let r = 0; r < 30; r++) {
       for (const k of keys) await spend(c, k, 3);
       await new Promise((r) => setTimeout(r, 30)); // fixed: spreads c's requests over the new owners' blind rounds
     }
     for (const k of keys) await spend(a, k, 120);
-    expect([...total].filter(([, n]) => n > 100), 'keys over their allowance').to.deep.equal([]);
+    expect(
+      [...total].filter(([, n]) => n > 100),
+      'keys over their allowance',
+    ).to.deep.equal([]);
   });
 
   it('heartbeat statements cross Redis: an owner whose rounds stopped holds back, once back, the share of a node that lost touch with it', async () => {
@@ -300,10 +314,14 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     // a's rounds stop (its process starved; for less than its lease): b keeps heart-beating, and says
     // it has not heard from a's shards for a silence's worth of rounds.
     a.rounds(false);
-    await until(async () => {
-      const st = await statement();
-      return st.stale.some(([t, shards]) => shards.includes(shard) && st.freshAt - t >= SILENT_ROUNDS * ROUND_MS);
-    }, 'b to state a’s shard silent', 10 * ROUND_MS);
+    await until(
+      async () => {
+        const st = await statement();
+        return st.stale.some(([t, shards]) => shards.includes(shard) && st.freshAt - t >= SILENT_ROUNDS * ROUND_MS);
+      },
+      'b to state a’s shard silent',
+      10 * ROUND_MS,
+    );
     // b stops too, a comes back: a's first round reads b's last statement while b is not silent.
     b.rounds(false);
     const r0 = a.bus.stats.rounds;
@@ -340,8 +358,25 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     }
     expect(a.node.stats.selfGrants).to.be.at.least(1);
     const shard = placeOf(keyId, 1000).shard;
-    await until(() => a.bus.stats.rounds > 0 && a.bus.fleetView().unsettled(shard, () => 0).includes('a'), 'a to state its own self-grant', 3000);
-    await until(() => !a.bus.fleetView().unsettled(shard, () => Number.MAX_SAFE_INTEGER).includes('a'), 'a back in touch with itself', 3000);
+    await until(
+      () =>
+        a.bus.stats.rounds > 0 &&
+        a.bus
+          .fleetView()
+          .unsettled(shard, () => 0)
+          .includes('a'),
+      'a to state its own self-grant',
+      3000,
+    );
+    await until(
+      () =>
+        !a.bus
+          .fleetView()
+          .unsettled(shard, () => Number.MAX_SAFE_INTEGER)
+          .includes('a'),
+      'a back in touch with itself',
+      3000,
+    );
   });
 
   it('log entries whose epoch no owner signed (huge, or not a number) neither stop checkpoints nor trimming: deleted and counted', async () => {
@@ -355,11 +390,15 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     const resealed = await ctx.raw.xadd(log, '*', 'epoch', '99999999999999999', ...flat(real)); // verifies, but signs epoch 3
     await ctx.raw.xadd(log, '*', 'epoch', 'notanumber', ...flat(real));
     // Traffic on the shard makes it change, so its owner checkpoints it (and trims what is behind).
-    await until(async () => {
-      a.node.acquire(keyId, limits(1000));
-      const entries = await ctx.raw.xrange(log, '-', '+');
-      return entries.some(([id, f]) => id > resealed! && EnvelopeCodec.fromStream(f).t === 'snapshot');
-    }, 'a checkpoint of the shard', 5000);
+    await until(
+      async () => {
+        a.node.acquire(keyId, limits(1000));
+        const entries = await ctx.raw.xrange(log, '-', '+');
+        return entries.some(([id, f]) => id > resealed! && EnvelopeCodec.fromStream(f).t === 'snapshot');
+      },
+      'a checkpoint of the shard',
+      5000,
+    );
     const ids = (await ctx.raw.xrange(log, '-', '+')).map(([id]) => id);
     expect(ids).to.not.include(huge);
     expect(ids).to.not.include(resealed);

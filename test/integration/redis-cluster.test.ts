@@ -49,7 +49,7 @@ describe('Redis bus on a Redis Cluster of three masters (B5)', function () {
       await new Promise((r) => probe.once('ready', r));
       const perMaster = await Promise.all(probe.nodes('master').map(async (m) => (await m.keys('c:{s*}:*')).length));
       expect(perMaster.filter((n) => n > 0).length, `stream keys per master: ${perMaster.join(', ')}`).to.be.at.least(2);
-      expect((await probe.hlen('c:{ctl}:owners'))).to.equal(SHARDS);
+      expect(await probe.hlen('c:{ctl}:owners')).to.equal(SHARDS);
     } finally {
       probe.disconnect();
     }

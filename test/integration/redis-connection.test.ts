@@ -80,7 +80,10 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     await until(async () => (await clients()).some((c) => c.sub === 2), 'one connection subscribed to the node’s and the policy channel', 5000);
     const list = await clients();
     expect(list, JSON.stringify(list)).to.have.length(4);
-    expect(list.filter((c) => c.sub > 0), JSON.stringify(list)).to.have.length(1);
+    expect(
+      list.filter((c) => c.sub > 0),
+      JSON.stringify(list),
+    ).to.have.length(1);
     // The shared subscriber hands each channel its own messages: a kill switch still reaches the node.
     const store = new PolicyStore(admin, POLICY_SIGNER, 'conn');
     await store.setSwitch(false, 'test', 'shared subscriber check');
@@ -93,7 +96,9 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     const certs = certificates(dir);
     if (certs === undefined) this.skip();
     const tlsPort = await freePort();
-    const redis = await startRedis({ args: ['--tls-port', String(tlsPort), '--tls-cert-file', certs!.cert, '--tls-key-file', certs!.key, '--tls-ca-cert-file', certs!.ca, '--tls-auth-clients', 'no'] });
+    const redis = await startRedis({
+      args: ['--tls-port', String(tlsPort), '--tls-cert-file', certs!.cert, '--tls-key-file', certs!.key, '--tls-ca-cert-file', certs!.ca, '--tls-auth-clients', 'no'],
+    });
     started.push(redis);
     if (redis.external) this.skip();
     const m = joinRedisFleet(`rediss://127.0.0.1:${tlsPort}`, 'tls', 'a', 30_000, { tls: { ca: readFileSync(certs!.ca) } });
@@ -111,16 +116,25 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     await admin.call('ACL', 'SETUSER', 'checker', 'on', '>checker-password', '~chk:*', '+@all');
     admin.disconnect();
     await checkRedis({ url: `redis://checker:checker-password@127.0.0.1:${redis.port}` }, 2000);
-    const wrong = await checkRedis({ url: `redis://checker:not-the-password@127.0.0.1:${redis.port}` }, 2000).then(() => undefined, (e: Error) => e);
+    const wrong = await checkRedis({ url: `redis://checker:not-the-password@127.0.0.1:${redis.port}` }, 2000).then(
+      () => undefined,
+      (e: Error) => e,
+    );
     expect(wrong?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${redis.port}: WRONGPASS`));
     expect(wrong?.message).to.not.include('not-the-password');
     const closed = await freePort();
-    const refused = await checkRedis({ url: `redis://127.0.0.1:${closed}` }, 2000).then(() => undefined, (e: Error) => e);
+    const refused = await checkRedis({ url: `redis://127.0.0.1:${closed}` }, 2000).then(
+      () => undefined,
+      (e: Error) => e,
+    );
     expect(refused?.message).to.equal(`cannot connect to Redis at 127.0.0.1:${closed}: connect ECONNREFUSED 127.0.0.1:${closed}`);
     const cluster = await startRedisCluster(3);
     stops.push(() => cluster.stop());
     await checkRedis({ clusterNodes: cluster.nodes.map((n) => `redis://${n.host}:${n.port}`) }, 5000);
-    const deadCluster = await checkRedis({ clusterNodes: [`redis://127.0.0.1:${closed}`] }, 1000).then(() => undefined, (e: Error) => e);
+    const deadCluster = await checkRedis({ clusterNodes: [`redis://127.0.0.1:${closed}`] }, 1000).then(
+      () => undefined,
+      (e: Error) => e,
+    );
     expect(deadCluster?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${closed}: `));
   });
 });

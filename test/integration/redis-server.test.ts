@@ -57,7 +57,10 @@ describe('test support: private redis-server', function () {
     clients.push(c);
     expect(await c.ping()).to.equal('PONG');
     redis.pause();
-    const err = await c.ping().then(() => undefined, (e: Error) => e);
+    const err = await c.ping().then(
+      () => undefined,
+      (e: Error) => e,
+    );
     expect(err?.message).to.match(/timed out/i);
     redis.resume();
     expect(await c.ping()).to.equal('PONG');
@@ -85,14 +88,21 @@ describe('test support: private redis-server', function () {
     await Promise.all([redis.stop(), redis.stop()]);
     expect(await stopsListening(port)).to.equal(true);
     expect(() => redis!.pause()).to.throw(/not running/);
-    const err = await redis.restart().then(() => undefined, (e: Error) => e);
+    const err = await redis.restart().then(
+      () => undefined,
+      (e: Error) => e,
+    );
     expect(err?.message).to.match(/was stopped/);
   });
 
   it('kills what it started when the Node process exits without stopping it', function () {
     if (process.env.REDIS_URL) this.skip();
     const support = new URL('../../scripts/redis-server.js', import.meta.url).href;
-    const run = spawnSync(process.execPath, ['--input-type=module', '-e', `const m = await import(${JSON.stringify(support)}); const r = await m.startRedis(); console.log(r.port); process.exit(0);`], { encoding: 'utf8', timeout: 10_000 });
+    const run = spawnSync(
+      process.execPath,
+      ['--input-type=module', '-e', `const m = await import(${JSON.stringify(support)}); const r = await m.startRedis(); console.log(r.port); process.exit(0);`],
+      { encoding: 'utf8', timeout: 10_000 },
+    );
     expect(run.status, run.stderr).to.equal(0);
     const port = Number(run.stdout.trim());
     expect(port).to.be.greaterThan(0);
@@ -149,7 +159,11 @@ describe('test support: private Redis Cluster', function () {
   });
 
   it('splits the slots evenly and completely', () => {
-    expect(slotRanges(3)).to.deep.equal([[0, 5460], [5461, 10921], [10922, 16383]]);
+    expect(slotRanges(3)).to.deep.equal([
+      [0, 5460],
+      [5461, 10921],
+      [10922, 16383],
+    ]);
     expect(slotRanges(1)).to.deep.equal([[0, 16383]]);
   });
 });

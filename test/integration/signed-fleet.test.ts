@@ -132,7 +132,12 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
       const c = ctx.join('c');
       await c.bus.ready();
       await until(() => a.bus.ownedShards().length + c.bus.ownedShards().length === SHARDS && c.bus.ownedShards().length > 0, 'a and c to serve every shard');
-      expect(a.bus.owners().map((o) => o?.owner).filter((o) => o !== 'a' && o !== 'c')).to.deep.equal([]);
+      expect(
+        a.bus
+          .owners()
+          .map((o) => o?.owner)
+          .filter((o) => o !== 'a' && o !== 'c'),
+      ).to.deep.equal([]);
       // Counted in the fleet's size all the same: its possible self-grant is held back, never added.
       expect(a.bus.fleetSize()).to.equal(3);
     } finally {
@@ -198,15 +203,27 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     }, 'a grant from b');
     // A later owner (genuine: sealed with the bus secret) raised the fence; b's lease is still current.
     const epoch = b.bus.owners()[shard]!.epoch + 1;
-    await ctx.raw.hset(`${ctx.prefix}:{s${shard}}:fence`, 'epoch', String(epoch), 'holder', 'c/later', 'seal', EnvelopeCodec.toJson(codec.seal('fence', { shard, epoch, nodeId: 'c', nodeEpoch: 'later' })));
+    await ctx.raw.hset(
+      `${ctx.prefix}:{s${shard}}:fence`,
+      'epoch',
+      String(epoch),
+      'holder',
+      'c/later',
+      'seal',
+      EnvelopeCodec.toJson(codec.seal('fence', { shard, epoch, nodeId: 'c', nodeEpoch: 'later' })),
+    );
     const withheld = b.bus.stats.grantsWithheld;
     // Asks for a key of that shard (again while an ask is refused on a busy machine): b's log write is
     // refused, so its grant never leaves.
     const key = Array.from({ length: 500 }, (_, i) => `v1:${`after${i}`.padStart(22, 's')}`).find((k) => placeOf(k).shard === shard)!;
-    await until(async () => {
-      await a.node.acquire(key, limits(100));
-      return b.bus.stats.grantsWithheld > withheld;
-    }, 'b to withhold a grant', 5000);
+    await until(
+      async () => {
+        await a.node.acquire(key, limits(100));
+        return b.bus.stats.grantsWithheld > withheld;
+      },
+      'b to withhold a grant',
+      5000,
+    );
     await until(() => !b.bus.ownedShards().includes(shard) || b.bus.owners()[shard]!.epoch > epoch, 'b to stop serving the shard under its old epoch', 3000);
     await sleep(100); // fixed: time for a withheld grant to reach a, were it wrongly sent
     // What a's node holds for the key came from grants on record under an epoch above the fence
@@ -227,7 +244,15 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     await a.bus.ready();
     const shard = 3;
     const epoch = a.bus.owners()[shard]!.epoch + 1000;
-    await ctx.raw.hset(`${ctx.prefix}:{s${shard}}:fence`, 'epoch', String(epoch), 'holder', 'c/later', 'seal', EnvelopeCodec.toJson(codec.seal('fence', { shard, epoch, nodeId: 'c', nodeEpoch: 'later' })));
+    await ctx.raw.hset(
+      `${ctx.prefix}:{s${shard}}:fence`,
+      'epoch',
+      String(epoch),
+      'holder',
+      'c/later',
+      'seal',
+      EnvelopeCodec.toJson(codec.seal('fence', { shard, epoch, nodeId: 'c', nodeEpoch: 'later' })),
+    );
     const key = Array.from({ length: 2000 }, (_, i) => `v1:${`loop${i}`.padStart(22, 's')}`).find((k) => placeOf(k).shard === shard)!;
     const takeovers = a.bus.stats.takeovers;
     await a.node.acquire(key, limits(100));
@@ -268,10 +293,14 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     }
     b.rounds(true);
     // (The owner as c, never stalled, sees the table, and that member agrees: a stalled one's view is stale.)
-    await until(() => {
-      const owner = members.find((m) => m.nodeId === members[2]!.bus.owners()[shard]?.owner);
-      return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByB;
-    }, 'b’s reports to reach the shard’s owner', 5000);
+    await until(
+      () => {
+        const owner = members.find((m) => m.nodeId === members[2]!.bus.owners()[shard]?.owner);
+        return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByB;
+      },
+      'b’s reports to reach the shard’s owner',
+      5000,
+    );
     for (let i = 0; i < 400; i++) {
       if ((await a.node.acquire(key, plan)).admitted) admitted++;
       await sleep(1); // fixed: pacing, so rounds run between the requests
@@ -325,10 +354,14 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     }
     c.rounds(true);
     // (The owner as a, never stalled, sees the table, and that member agrees: a stalled one's view is stale.)
-    await until(() => {
-      const owner = fleet.find((m) => m.nodeId === a.bus.owners()[shard]?.owner);
-      return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByC;
-    }, 'c’s reports to reach the shard’s owner', 5000);
+    await until(
+      () => {
+        const owner = fleet.find((m) => m.nodeId === a.bus.owners()[shard]?.owner);
+        return owner !== undefined && owner.bus.ownedShards().includes(shard) && owner.owner.spent(key, WINDOW_MS, windowId) >= spentByC;
+      },
+      'c’s reports to reach the shard’s owner',
+      5000,
+    );
     for (let i = 0; i < 400; i++) {
       if ((await b.node.acquire(key, plan)).admitted) admitted++;
       await sleep(1); // fixed: pacing, so rounds run between the requests
@@ -357,7 +390,10 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const withheld = b.bus.stats.grantsWithheld;
     release();
     await until(() => results.length > 0, 'b’s held write to come back');
-    expect(results.every((ok) => !ok), 'a write after the fence').to.equal(true);
+    expect(
+      results.every((ok) => !ok),
+      'a write after the fence',
+    ).to.equal(true);
     await until(() => b.bus.stats.grantsWithheld > withheld, 'b to withhold its grant');
     let logged = 0;
     for (const [, flat] of await ctx.raw.xrange(`${ctx.prefix}:{s${shard}}:log`, '-', '+')) {
@@ -372,7 +408,15 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     const [a, b] = await pair();
     const first = keyOwnedBy(a, 'b', 'forged');
     const { shard } = placeOf(first);
-    await ctx.raw.hset(`${ctx.prefix}:{s${shard}}:fence`, 'epoch', '99999999999999', 'holder', 'x/y', 'seal', EnvelopeCodec.toJson(forger.seal('fence', { shard, epoch: 99999999999999, nodeId: 'x', nodeEpoch: 'y' })));
+    await ctx.raw.hset(
+      `${ctx.prefix}:{s${shard}}:fence`,
+      'epoch',
+      '99999999999999',
+      'holder',
+      'x/y',
+      'seal',
+      EnvelopeCodec.toJson(forger.seal('fence', { shard, epoch: 99999999999999, nodeId: 'x', nodeEpoch: 'y' })),
+    );
     const before = rejected(b);
     await a.node.acquire(first, limits(100));
     await until(() => rejected(b) > before, 'the forged fence to be counted', 3000);

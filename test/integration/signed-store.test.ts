@@ -41,7 +41,13 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
   // A minute's window, so the exhausted key stays exhausted however long a loaded machine takes.
   const free = (limit: number) => ({ ...demoPolicy(), plans: { ...demoPolicy().plans, free: { windows: [{ name: 'burst', limit, windowMs: 60_000 }] } } });
   const putPolicy = (policy: object, reason: string) => request(app).put('/admin/v1/policy').set(as(ADMIN)).send({ policy, reason });
-  const health = async () => (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as { ok: boolean; policyVersion: number | null; enforcing: boolean; refusedRecords: Array<{ record: string; refused: string }> };
+  const health = async () =>
+    (await request(app).get('/admin/v1/health').set(as(ADMIN)).expect(200)).body as {
+      ok: boolean;
+      policyVersion: number | null;
+      enforcing: boolean;
+      refusedRecords: Array<{ record: string; refused: string }>;
+    };
 
   before(async () => {
     redis = await startRedis();
@@ -66,9 +72,11 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
   });
 
   it('a kill switch written into Redis without the secret is refused and counted: the exhausted key stays at 429', async () => {
-    const gateway = express().use(limiter).use((_req, res) => {
-      res.json({ ok: true });
-    });
+    const gateway = express()
+      .use(limiter)
+      .use((_req, res) => {
+        res.json({ ok: true });
+      });
     const before: number[] = [];
     for (let i = 0; i < 8; i++) before.push((await request(gateway).get('/x')).status);
     expect(before, before.join()).to.include(429);
@@ -106,7 +114,14 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
     await until(() => freeBurst(limiter) === 5, 'the node to take version 2', 3000);
     const audit = (await store.auditLog(1))[0]!;
     expect(audit.detail).to.equal('version 2 over a refused current record (mac)');
-    expect((await request(app).put('/admin/v1/plans/free').set(as(ADMIN)).send({ windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], reason: 'then as usual' })).body.version).to.equal(3);
+    expect(
+      (
+        await request(app)
+          .put('/admin/v1/plans/free')
+          .set(as(ADMIN))
+          .send({ windows: [{ name: 'burst', limit: 6, windowMs: 1000 }], reason: 'then as usual' })
+      ).body.version,
+    ).to.equal(3);
   });
 
   it('an older signed record written back (a replay) is refused; after Redis lost the store, the policy applied again from version 1 is taken', async () => {

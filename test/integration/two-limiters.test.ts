@@ -61,7 +61,14 @@ describe('two Redis-backed limiters in one process (real redis-server)', functio
     for (let i = 1; windowLeftMs(a.hasher.hash(key), HOUR) < 5 * 60_000; i++) key = `sk_two_limiters_${i}`;
     const apps = [appOf(a), appOf(b)];
     const codes: number[] = [];
-    for (let i = 0; i < 80; i++) codes.push((await request(apps[i % 2]!).get('/x').set('x-key', key)).status);
+    for (let i = 0; i < 80; i++)
+      codes.push(
+        (
+          await request(apps[i % 2]!)
+            .get('/x')
+            .set('x-key', key)
+        ).status,
+      );
     const admitted = codes.filter((c) => c === 200).length;
     expect(admitted, codes.join()).to.equal(20);
     expect(a.stats.admitted + b.stats.admitted).to.equal(20);

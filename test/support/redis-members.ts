@@ -61,10 +61,11 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
     bus,
     node,
     owner,
-    stop: () => (stopped ??= (async () => {
-      clearInterval(timer);
-      await bus.close();
-    })()),
+    stop: () =>
+      (stopped ??= (async () => {
+        clearInterval(timer);
+        await bus.close();
+      })()),
     rounds: (on) => {
       clearInterval(timer);
       timer = on && stopped === undefined ? setInterval(tick, ROUND_MS) : undefined;

@@ -46,7 +46,10 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
       expect(r.labels?.severity, `${r.alert}.severity`).to.be.oneOf(['page', 'ticket']);
       expect(r.annotations?.summary, `${r.alert}.summary`).to.be.a('string').that.is.not.empty;
       // Balanced parentheses and braces: the cheapest syntax check promtool would also make.
-      for (const [open, close] of [['(', ')'], ['{', '}']] as const) {
+      for (const [open, close] of [
+        ['(', ')'],
+        ['{', '}'],
+      ] as const) {
         expect(r.expr.split(open).length, `${r.alert}: ${open}${close}`).to.equal(r.expr.split(close).length);
       }
     }
@@ -76,7 +79,10 @@ describe('Prometheus alert rules (deploy/prometheus/alerts.yml)', () => {
         expect(a.exp_labels?.severity, `${r.alert}: expected severity`).to.equal(r.labels.severity);
         expect(a.exp_annotations?.summary, `${r.alert}: expected summary`).to.be.a('string').that.is.not.empty;
       }
-      expect(mine.filter((c) => (c.exp_alerts ?? []).length === 0), `${r.alert}: no promtool case where it stays quiet`).to.not.be.empty;
+      expect(
+        mine.filter((c) => (c.exp_alerts ?? []).length === 0),
+        `${r.alert}: no promtool case where it stays quiet`,
+      ).to.not.be.empty;
     }
   });
 

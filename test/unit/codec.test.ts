@@ -46,7 +46,10 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const adjust = { ...grant, type: 'adjust' as const, keep: -1, exhausted: true };
     const { issued: _, ...adjustOnly } = adjust;
     expect(codec.open(codec.seal('messages', { re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] })).body).to.deep.equal({ re: 4, nodeId: 'node-1', messages: [grant, adjustOnly] });
-    const entries = [{ kind: 'report' as const, batch }, { kind: 'grant' as const, grant }];
+    const entries = [
+      { kind: 'report' as const, batch },
+      { kind: 'grant' as const, grant },
+    ];
     expect(codec.open(codec.seal('snapshot', { shard: 3, entries })).body).to.deep.equal({ shard: 3, entries });
   });
 
@@ -97,7 +100,13 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
 
   it('accepts entries under every retained secret version, writes under the current one', () => {
     const old = new EnvelopeCodec([{ version: 'b1', secret: SECRET }]);
-    const rotated = new EnvelopeCodec([{ version: 'b1', secret: SECRET }, { version: 'b2', secret: 'second-bus-secret-xyz' }], 'b2');
+    const rotated = new EnvelopeCodec(
+      [
+        { version: 'b1', secret: SECRET },
+        { version: 'b2', secret: 'second-bus-secret-xyz' },
+      ],
+      'b2',
+    );
     expect(rotated.seal('reports', batch).kid).to.equal('b2');
     expect(rotated.open(old.seal('reports', batch)).body).to.deep.equal(batch);
     expect(() => old.open(rotated.seal('reports', batch))).to.throw(EnvelopeError, /unknown bus secret version "b2"/);
@@ -106,7 +115,13 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
   it('refuses weak or inconsistent secrets at construction, naming every field', () => {
     let err: ConfigError | undefined;
     try {
-      new EnvelopeCodec([{ version: 'b 1', secret: 'short' }, { version: 'b2', secret: SECRET }], 'b3');
+      new EnvelopeCodec(
+        [
+          { version: 'b 1', secret: 'short' },
+          { version: 'b2', secret: SECRET },
+        ],
+        'b3',
+      );
     } catch (e) {
       err = e as ConfigError;
     }

@@ -66,8 +66,14 @@ describe('docker-compose.yml and the image (K2)', () => {
       expect(program, `${name} runs a known program`).to.not.equal(undefined);
       const reads = readsOf(program!.entry);
       const sets = Object.keys(svc.environment ?? {});
-      expect(sets.filter((v) => !reads.has(v)), `${name} sets variables ${program!.entry} never reads`).to.deep.equal([]);
-      expect(program!.required.filter((v) => !sets.includes(v)), `${name} lacks required variables`).to.deep.equal([]);
+      expect(
+        sets.filter((v) => !reads.has(v)),
+        `${name} sets variables ${program!.entry} never reads`,
+      ).to.deep.equal([]);
+      expect(
+        program!.required.filter((v) => !sets.includes(v)),
+        `${name} lacks required variables`,
+      ).to.deep.equal([]);
     }
   });
 
@@ -108,7 +114,11 @@ describe('docker-compose.yml and the image (K2)', () => {
     const targets = prom.scrape_configs.flatMap((c) => c.static_configs.flatMap((x) => x.targets)).sort();
     expect(targets).to.deep.equal(['admin:3001', 'gateway-1:3000', 'gateway-2:3000', 'gateway-3:3000']);
     const mounts = compose.services.prometheus!.volumes ?? [];
-    for (const file of prom.rule_files) expect(mounts.some((m) => m.split(':')[1] === file), file).to.equal(true);
+    for (const file of prom.rule_files)
+      expect(
+        mounts.some((m) => m.split(':')[1] === file),
+        file,
+      ).to.equal(true);
   });
 
   it('provisions Grafana with Prometheus and the enforcement-health dashboard, mounted where the provisioning points', () => {

@@ -27,7 +27,10 @@ describe('the default logger: pino when installed, else the same JSON lines', ()
     const unknown = capture('verbose');
     unknown.log.debug({}, 'x');
     unknown.log.info({}, 'y');
-    expect(unknown.lines.map((l) => l.level), 'an unknown level reads as info').to.deep.equal([30]);
+    expect(
+      unknown.lines.map((l) => l.level),
+      'an unknown level reads as info',
+    ).to.deep.equal([30]);
   });
 
   it('writes an error as its type, message, code and stack', () => {

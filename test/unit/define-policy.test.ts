@@ -28,17 +28,11 @@ describe('definePolicy: a policy from JSON, typed without a cast', () => {
   });
 
   it('rejects a failMode outside open/closed with a coded PolicyError naming the field', () => {
-    expect(problemsOf({ ...demo.policy, routeClasses: { payments: { failMode: 'sometimes' } } })).to.deep.equal([
-      'routeClasses.payments.failMode: must be one of [open, closed]',
-    ]);
+    expect(problemsOf({ ...demo.policy, routeClasses: { payments: { failMode: 'sometimes' } } })).to.deep.equal(['routeClasses.payments.failMode: must be one of [open, closed]']);
   });
 
   it('reports every problem at once, the cross-references included', () => {
     const problems = problemsOf({ ...demo.policy, defaultPlan: 'gold', routeClasses: { a: { failMode: 'shut', plan: 'nope' } } });
-    expect(problems).to.have.members([
-      'routeClasses.a.failMode: must be one of [open, closed]',
-      'defaultPlan: unknown plan "gold"',
-      'routeClasses.a.plan: unknown plan "nope"',
-    ]);
+    expect(problems).to.have.members(['routeClasses.a.failMode: must be one of [open, closed]', 'defaultPlan: unknown plan "gold"', 'routeClasses.a.plan: unknown plan "nope"']);
   });
 });

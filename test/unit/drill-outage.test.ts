@@ -91,6 +91,10 @@ describe('npm run drill:outage: flags, window and verdict', () => {
 
   it('counts each second of the run for --json: admitted, degraded, refused, other', () => {
     const samples = [...run(0, 1, 200), { sentMs: 400, doneMs: 401, status: 429, degraded: false }, ...run(2, 1, 200, true), ...run(2.5, 1, 0)];
-    expect(perSecond(samples)).to.deep.equal([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 1]]);
+    expect(perSecond(samples)).to.deep.equal([
+      [1, 0, 1, 0],
+      [0, 0, 0, 0],
+      [1, 1, 0, 1],
+    ]);
   });
 });

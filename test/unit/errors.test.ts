@@ -24,6 +24,8 @@ describe('errors: every one the package throws is a RateLimiterError with a code
   }
 
   it('FakeClock misuse is RL_CONFIG', () => {
-    expect(() => new FakeClock().advance(-1)).to.throw(RateLimiterError).with.property('code', ErrorCode.CONFIG);
+    expect(() => new FakeClock().advance(-1))
+      .to.throw(RateLimiterError)
+      .with.property('code', ErrorCode.CONFIG);
   });
 });

@@ -109,9 +109,17 @@ describe('failure timeline F1–F5, at its exact boundaries', () => {
     const reports: number[] = [];
     for (let round = 0; round < 39; round++) {
       clock.advance(25);
-      reports.push(node.endRound().flatMap((x) => x.reports).filter((r) => r.keyId === KEY && r.selfGrant).length);
+      reports.push(
+        node
+          .endRound()
+          .flatMap((x) => x.reports)
+          .filter((r) => r.keyId === KEY && r.selfGrant).length,
+      );
     }
-    expect(reports.every((n) => n === 1), JSON.stringify(reports)).to.equal(true);
+    expect(
+      reports.every((n) => n === 1),
+      JSON.stringify(reports),
+    ).to.equal(true);
   });
 
   it('F4: no self-grant with owner contact (D3: ask instead), nor with a grant already made for the new window', () => {
@@ -162,7 +170,20 @@ describe('owner side of F4 and L5', () => {
     return { clock, o: new FoldOwner(ownerConfig(clock, fleet)) };
   }
   const req = (node: string, extra: object = {}) => ({
-    keyId: KEY, windowId: WID, windowMs: W, limit: 1000, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true, ...extra,
+    keyId: KEY,
+    windowId: WID,
+    windowMs: W,
+    limit: 1000,
+    nodeId: node,
+    nodeEpoch: `${node}-e1`,
+    lease: 1,
+    spent: 0,
+    selfIssued: 0,
+    released: 0,
+    need: 1,
+    demand: 1,
+    fastPath: true,
+    ...extra,
   });
 
   it('holds back 1/fleet for every silent node without a lease in the window (its possible self-grant)', () => {

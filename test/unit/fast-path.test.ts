@@ -10,7 +10,21 @@ function grant(): Grant {
   return { type: 'grant', keyId: 'v1:k', windowId: 1, windowMs: 1000, nodeId: 'n', nodeEpoch: EPOCH, lease: 1, ownerEpoch: 1, grantSeq: 1, issued: 1 };
 }
 
-const request: CreditRequest = { keyId: 'v1:k', windowId: 1, windowMs: 1000, limit: 10, nodeId: 'n', nodeEpoch: EPOCH, lease: 1, spent: 0, selfIssued: 0, released: 0, need: 1, demand: 1, fastPath: true };
+const request: CreditRequest = {
+  keyId: 'v1:k',
+  windowId: 1,
+  windowMs: 1000,
+  limit: 10,
+  nodeId: 'n',
+  nodeEpoch: EPOCH,
+  lease: 1,
+  spent: 0,
+  selfIssued: 0,
+  released: 0,
+  need: 1,
+  demand: 1,
+  fastPath: true,
+};
 
 /** Busy for `ms`: the event loop runs nothing meanwhile, as in a GC pause or a starved CPU. */
 function block(ms: number): void {

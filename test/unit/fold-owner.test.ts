@@ -108,7 +108,10 @@ describe('fold owner: the only issuer of credit', () => {
     expect(o.onCreditRequest(req('a', 1, 0))!.issued).to.equal(1);
     fleet.silentNodes = ['a'];
     expect(o.onCreditRequest({ ...req('a', 1, 0), spent: 1 })).to.equal(undefined);
-    expect(o.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted), 'no exhaustion notice').to.deep.equal([]);
+    expect(
+      o.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted),
+      'no exhaustion notice',
+    ).to.deep.equal([]);
     fleet.silentNodes = [];
     expect(o.onCreditRequest({ ...req('a', 1, 0), spent: 1 })!.issued).to.equal(2);
     // Spent for real: then it is announced, even while a share is held back.
@@ -116,13 +119,22 @@ describe('fold owner: the only issuer of credit', () => {
     const o2 = new FoldOwner(ownerConfig(new FakeClock(NOW), small, { reserveRatio: 0 }));
     small.silentNodes = ['c'];
     expect(o2.onCreditRequest(req('a', 1, 10_000, true, 8))!.issued).to.equal(6);
-    expect(o2.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted), 'two held back for c').to.deep.equal([]);
+    expect(
+      o2.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted),
+      'two held back for c',
+    ).to.deep.equal([]);
     small.silentNodes = [];
     expect(o2.onCreditRequest({ ...req('b', 2, 0, true, 8) })!.issued).to.equal(2);
-    expect(o2.takeOutbox().filter((m) => m.type === 'adjust' && m.exhausted).map((m) => m.nodeId).sort()).to.deep.equal(['a', 'b']);
+    expect(
+      o2
+        .takeOutbox()
+        .filter((m) => m.type === 'adjust' && m.exhausted)
+        .map((m) => m.nodeId)
+        .sort(),
+    ).to.deep.equal(['a', 'b']);
   });
 
-  it("a replayed snapshot is no proof of what a node applied: the new owner still holds its share back", () => {
+  it('a replayed snapshot is no proof of what a node applied: the new owner still holds its share back', () => {
     const fleet = new FixedFleet(4);
     const o = new FoldOwner(ownerConfig(new FakeClock(NOW), fleet, { reserveRatio: 0 }));
     // n asked ahead with some demand and was granted 8 — a grant that never reached it.

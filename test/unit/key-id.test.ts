@@ -35,16 +35,27 @@ describe('key ids: versioned keyed hashes of API keys', () => {
   });
 
   it('honours an explicit current version', () => {
-    expect(new KeyHasher([{ version: 'v1', secret: 'first-secret-0123456789' }, { version: 'v2', secret: 'second-secret-0123456789' }], 'v1').hash(raw)).to.match(/^v1:/);
+    expect(
+      new KeyHasher(
+        [
+          { version: 'v1', secret: 'first-secret-0123456789' },
+          { version: 'v2', secret: 'second-secret-0123456789' },
+        ],
+        'v1',
+      ).hash(raw),
+    ).to.match(/^v1:/);
   });
 
   it('rejects bad configuration listing every problem', () => {
     try {
-      new KeyHasher([
-        { version: 'one', secret: 'short' },
-        { version: 'v1', secret: 'long-enough-secret-000' },
-        { version: 'v1', secret: 'long-enough-secret-111' },
-      ], 'v9');
+      new KeyHasher(
+        [
+          { version: 'one', secret: 'short' },
+          { version: 'v1', secret: 'long-enough-secret-000' },
+          { version: 'v1', secret: 'long-enough-secret-111' },
+        ],
+        'v9',
+      );
       expect.fail('should throw');
     } catch (err) {
       expect(err).to.be.instanceOf(ConfigError);
@@ -66,7 +77,7 @@ describe('key ids are HMAC-SHA-256, truncated', () => {
     return s;
   }
 
-  it('equals node:crypto\'s HMAC for keys short and long, of any text and length', () => {
+  it("equals node:crypto's HMAC for keys short and long, of any text and length", () => {
     const rand = seededRandom(13);
     const secrets: Array<string | Buffer> = ['test-secret-test-secret', 'x'.repeat(64), 'y'.repeat(65), 's'.repeat(200), Buffer.from(Array.from({ length: 17 }, (_, i) => i * 15))];
     for (const secret of secrets) {

@@ -84,7 +84,10 @@ describe('lease node: the decision path', () => {
 
   it('admits from held credit with no call to the owner', () => {
     const link = grantingLink({ 1000: 10, 60_000: 100 });
-    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: q.windowMs === 1000 ? 10 : 100 }))))(link.answer);
+    link.answer = (
+      (orig) => (reqs: Parameters<typeof orig>[0]) =>
+        orig(reqs.map((q) => ({ ...q, need: q.windowMs === 1000 ? 10 : 100 })))
+    )(link.answer);
     const node = makeNode(link);
     for (let i = 0; i < 10; i++) expect(node.acquire(KEY, free)).to.deep.equal({ admitted: true });
     expect(link.requests).to.have.length(1);
@@ -169,14 +172,20 @@ describe('lease node: the decision path', () => {
     const sustEnd = (now: number) => windowEndMs(windowIdAt(now, 60_000, phaseOffset(KEY, 60_000)), 60_000, phaseOffset(KEY, 60_000));
 
     it('only the burst window is short: wait to the burst boundary', () => {
-      const node: LeaseNode = makeNode(grantingLink({ 1000: 0, 60_000: 100 }, (m) => node.onMessage(m)), clock);
+      const node: LeaseNode = makeNode(
+        grantingLink({ 1000: 0, 60_000: 100 }, (m) => node.onMessage(m)),
+        clock,
+      );
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('burst');
       expect(r.retryAfterMs).to.equal(burstEnd(clock.now()) - clock.now());
     });
 
     it('both windows short: wait to the later (sustained) boundary, not the one checked first', () => {
-      const node: LeaseNode = makeNode(grantingLink({ 1000: 0, 60_000: 0 }, (m) => node.onMessage(m)), clock);
+      const node: LeaseNode = makeNode(
+        grantingLink({ 1000: 0, 60_000: 0 }, (m) => node.onMessage(m)),
+        clock,
+      );
       const r = node.acquire(KEY, free) as Denied;
       expect(r.window).to.equal('sustained');
       expect(r.retryAfterMs).to.equal(sustEnd(clock.now()) - clock.now());
@@ -250,14 +259,20 @@ describe('lease node: the decision path', () => {
 
   it('evicting under pressure gives the credit back and reports it, so the owner can issue it again', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
-    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 5 }))))(link.answer);
+    link.answer = (
+      (orig) => (reqs: Parameters<typeof orig>[0]) =>
+        orig(reqs.map((q) => ({ ...q, need: 5 })))
+    )(link.answer);
     const node = new LeaseNode(nodeConfig({ maxBuckets: 4 }), new FakeClock(), link);
     node.acquire('v1:AAAAAAAAAAAAAAAAAAAAAA', free);
     node.acquire('v1:BBBBBBBBBBBBBBBBBBBBBB', free);
     node.endRound();
     node.acquire('v1:CCCCCCCCCCCCCCCCCCCCCC', free); // over the cap: A (least recently used) goes
     expect(node.buckets.peek('v1:AAAAAAAAAAAAAAAAAAAAAA')).to.equal(undefined);
-    const reports = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === 'v1:AAAAAAAAAAAAAAAAAAAAAA');
+    const reports = node
+      .endRound()
+      .flatMap((b) => b.reports)
+      .filter((r) => r.keyId === 'v1:AAAAAAAAAAAAAAAAAAAAAA');
     expect(reports.map((r) => [r.issued, r.spent, r.released, r.held])).to.deep.equal([
       [5, 1, 4, 0],
       [5, 1, 4, 0],
@@ -315,7 +330,10 @@ describe('lease node: the decision path', () => {
 
   it('ends a round with one batch per touched shard, cumulative spend and a seq that grows with every report (B2)', () => {
     const link = grantingLink({ 1000: 1000, 60_000: 1000 });
-    link.answer = ((orig) => (reqs: Parameters<typeof orig>[0]) => orig(reqs.map((q) => ({ ...q, need: 10 }))))(link.answer);
+    link.answer = (
+      (orig) => (reqs: Parameters<typeof orig>[0]) =>
+        orig(reqs.map((q) => ({ ...q, need: 10 })))
+    )(link.answer);
     const node = makeNode(link);
     for (let i = 0; i < 8; i++) node.acquire(KEY, free);
     node.acquire('v1:OTHERKEYOTHERKEYOTHERK', free);
@@ -402,7 +420,10 @@ describe('lease node: the decision path', () => {
     /** The reports of the next window at the first round after it began, 5 granted ahead for it. */
     function rolled(t: ReturnType<typeof seenOnce>): Array<[number, number, number]> {
       t.clock.advance(t.bucket.windowEnd - t.clock.now() + 1);
-      const next = t.node.endRound().flatMap((x) => x.reports).filter((r) => r.windowId === t.ask.windowId + 1);
+      const next = t.node
+        .endRound()
+        .flatMap((x) => x.reports)
+        .filter((r) => r.windowId === t.ask.windowId + 1);
       return next.map((r) => [r.issued, r.released, r.held]);
     }
 
@@ -516,7 +537,10 @@ describe('lease node: the decision path', () => {
     expect(node.endRound()).to.have.length(0);
     const shards = new Set(node.buckets.peek(KEY)!.buckets.map((b) => shardOf(KEY, b.windowId, 8)));
     node.resync(shards);
-    const again = node.endRound().flatMap((b) => b.reports).filter((r) => r.keyId === KEY);
+    const again = node
+      .endRound()
+      .flatMap((b) => b.reports)
+      .filter((r) => r.keyId === KEY);
     expect(again.map((r) => r.windowMs).sort((x, y) => x - y)).to.deep.equal([1000, 60_000]);
     expect(node.endRound()).to.have.length(0);
   });

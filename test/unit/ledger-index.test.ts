@@ -49,7 +49,10 @@ function filled(clock: FakeClock): { o: FoldOwner; made: Made[] } {
         if (i % 3 === 0) o.onCreditRequest(ask(keyId, windowMs, windowId, 'b', 2));
         // Spend reported by a, so the checkpoint's reports carry something besides grants.
         const batch: ReportBatch = {
-          shard: shardOf(keyId, windowId, SHARDS), nodeId: 'a', nodeEpoch: 'a-e1', round: 1,
+          shard: shardOf(keyId, windowId, SHARDS),
+          nodeId: 'a',
+          nodeEpoch: 'a-e1',
+          round: 1,
           reports: [{ keyId, windowId, windowMs, limit: 1000, lease: 1, seq: 1, spent: 1, issued: 1, selfIssued: 0, released: 0, demand: 0, held: 0, selfGrant: false }],
         };
         o.onReports(batch);
@@ -84,7 +87,7 @@ function canonical(entries: readonly LogEntry[]): string[] {
   return lines.sort();
 }
 
-describe("fold owner: ledgers indexed by shard", () => {
+describe('fold owner: ledgers indexed by shard', () => {
   it("a shard's checkpoint holds exactly that shard's ledgers, each once", () => {
     const { o, made } = filled(new FakeClock(NOW));
     expect(o.size).to.equal(made.length);

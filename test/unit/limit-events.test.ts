@@ -24,7 +24,19 @@ describe('limit events: aggregation per key id, window and route class', () => {
     expect(agg.take(windowEndsAt - 1)).to.deep.equal([]);
     const [event, ...more] = agg.take(windowEndsAt);
     expect(more).to.deep.equal([]);
-    expect(event).to.deep.equal({ keyId: KEY, class: 'quota', status: 429, window: 'burst', routeClass: 'default', node: 'n1', first: T0, last: T0 + 999, count: N, firstCorrelationId: 'c0', lastCorrelationId: `c${N - 1}` });
+    expect(event).to.deep.equal({
+      keyId: KEY,
+      class: 'quota',
+      status: 429,
+      window: 'burst',
+      routeClass: 'default',
+      node: 'n1',
+      first: T0,
+      last: T0 + 999,
+      count: N,
+      firstCorrelationId: 'c0',
+      lastCorrelationId: `c${N - 1}`,
+    });
     expect(agg.size).to.equal(0);
     expect(agg.dropped).to.equal(0);
   });
@@ -32,7 +44,9 @@ describe('limit events: aggregation per key id, window and route class', () => {
   it('keeps first and last right when refusals are recorded out of order', () => {
     const agg = new EventAggregator(10, 60_000);
     for (const at of [T0 + 5, T0 + 2, T0 + 9, T0 + 7]) agg.add(refusal({ at, correlationId: `c${at - T0}` }));
-    expect(agg.take(0, true)).to.deep.equal([{ keyId: KEY, class: 'quota', status: 429, window: 'burst', routeClass: 'default', node: 'n1', first: T0 + 2, last: T0 + 9, count: 4, firstCorrelationId: 'c2', lastCorrelationId: 'c9' }]);
+    expect(agg.take(0, true)).to.deep.equal([
+      { keyId: KEY, class: 'quota', status: 429, window: 'burst', routeClass: 'default', node: 'n1', first: T0 + 2, last: T0 + 9, count: 4, firstCorrelationId: 'c2', lastCorrelationId: 'c9' },
+    ]);
   });
 
   it('keeps different keys, window names, route classes, classes and windows apart', () => {
@@ -77,7 +91,11 @@ describe('limit events: aggregation per key id, window and route class', () => {
     expect(agg.add(refusal({ keyId: key(0), at: T0 + 60_000 }))).to.equal(false);
     expect(agg.dropped).to.equal(21);
     const taken = agg.take(T0 + 60_000);
-    expect(taken.map((e) => [e.keyId, e.count])).to.deep.equal([[key(0), 10], [key(1), 10], [key(2), 10]]);
+    expect(taken.map((e) => [e.keyId, e.count])).to.deep.equal([
+      [key(0), 10],
+      [key(1), 10],
+      [key(2), 10],
+    ]);
     expect(agg.add(refusal({ keyId: key(4), at: T0 + 60_001 }))).to.equal(true);
     expect(agg.size).to.equal(1);
   });
@@ -92,15 +110,51 @@ describe('limit events: aggregation per key id, window and route class', () => {
 
 describe('limit events: the stored entry and its size bound', () => {
   it('round-trips an event, and reads an entry of the earlier per-refusal shape as a count of one', () => {
-    const e = { keyId: KEY, class: 'quota', status: 429, window: 'burst', routeClass: 'default', node: 'n1', first: T0, last: T0 + 10, count: 7, firstCorrelationId: 'a', lastCorrelationId: 'b' } as const;
+    const e = {
+      keyId: KEY,
+      class: 'quota',
+      status: 429,
+      window: 'burst',
+      routeClass: 'default',
+      node: 'n1',
+      first: T0,
+      last: T0 + 10,
+      count: 7,
+      firstCorrelationId: 'a',
+      lastCorrelationId: 'b',
+    } as const;
     expect(decodeEvent(encodeEvent(e))).to.deep.equal(e);
     const legacy = ['at', String(T0), 'keyId', KEY, 'class', 'capacity', 'status', '503', 'window', '', 'routeClass', 'r', 'correlationId', 'x', 'node', 'n'];
-    expect(decodeEvent(legacy)).to.deep.equal({ keyId: KEY, class: 'capacity', status: 503, window: '', routeClass: 'r', node: 'n', first: T0, last: T0, count: 1, firstCorrelationId: 'x', lastCorrelationId: 'x' });
+    expect(decodeEvent(legacy)).to.deep.equal({
+      keyId: KEY,
+      class: 'capacity',
+      status: 503,
+      window: '',
+      routeClass: 'r',
+      node: 'n',
+      first: T0,
+      last: T0,
+      count: 1,
+      firstCorrelationId: 'x',
+      lastCorrelationId: 'x',
+    });
   });
 
   it('cuts every field to its cap, so no entry exceeds the bound whatever a route-class function returns', () => {
     const huge = 'é'.repeat(1000) + '😀'.repeat(1000);
-    const flat = encodeEvent({ keyId: KEY, class: 'fail_closed', status: 503, window: huge, routeClass: huge, node: huge, first: T0, last: T0, count: 1e14, firstCorrelationId: huge, lastCorrelationId: huge });
+    const flat = encodeEvent({
+      keyId: KEY,
+      class: 'fail_closed',
+      status: 503,
+      window: huge,
+      routeClass: huge,
+      node: huge,
+      first: T0,
+      last: T0,
+      count: 1e14,
+      firstCorrelationId: huge,
+      lastCorrelationId: huge,
+    });
     const bytes = flat.reduce((n, s) => n + Buffer.byteLength(s), 0);
     expect(bytes).to.be.at.most(MAX_ENTRY_BYTES - 100);
     expect(flat[flat.indexOf('routeClass') + 1]).to.equal('é'.repeat(32));
@@ -110,7 +164,7 @@ describe('limit events: the stored entry and its size bound', () => {
 
   it('derives the stream length from the byte budget', () => {
     expect(MAX_ENTRY_BYTES, 'the README and ARCHITECTURE state it').to.equal(848);
-    expect(maxEntries(EVENT_DEFAULTS.maxBytes)).to.equal(Math.floor(256 * 1024 * 1024 / MAX_ENTRY_BYTES));
+    expect(maxEntries(EVENT_DEFAULTS.maxBytes)).to.equal(Math.floor((256 * 1024 * 1024) / MAX_ENTRY_BYTES));
     expect(maxEntries(65_536)).to.equal(Math.floor(65_536 / MAX_ENTRY_BYTES));
   });
 });
@@ -131,11 +185,18 @@ describe('limit events: options', () => {
   });
 
   it('validates redis.events among the limiter options, naming the field', () => {
-    const options = { policy: demoPolicy(), identify: () => undefined, keyHash: TEST_KEY_HASH, redis: { url: 'redis://127.0.0.1:1', busSecret: { versions: [{ version: 'b1', secret: 'bus-secret-0123456789' }] }, events: { maxBytes: 1024, maxPending: -1 } } };
-    expect(() => parseOptions(options)).to.throw(ConfigError).that.satisfies((e: ConfigError) => {
-      const paths = e.problems.map((p) => p.path).sort();
-      expect(paths).to.deep.equal(['redis.events.maxBytes', 'redis.events.maxPending']);
-      return true;
-    });
+    const options = {
+      policy: demoPolicy(),
+      identify: () => undefined,
+      keyHash: TEST_KEY_HASH,
+      redis: { url: 'redis://127.0.0.1:1', busSecret: { versions: [{ version: 'b1', secret: 'bus-secret-0123456789' }] }, events: { maxBytes: 1024, maxPending: -1 } },
+    };
+    expect(() => parseOptions(options))
+      .to.throw(ConfigError)
+      .that.satisfies((e: ConfigError) => {
+        const paths = e.problems.map((p) => p.path).sort();
+        expect(paths).to.deep.equal(['redis.events.maxBytes', 'redis.events.maxPending']);
+        return true;
+      });
   });
 });

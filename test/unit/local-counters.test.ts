@@ -90,7 +90,10 @@ describe('local counters: the decision of a fleet of one', () => {
     clock.set(nextWindow(clock, KEY, 60_000));
     const c = new LocalCounters(clock);
     expect(admitted(c, KEY, free, 10)).to.equal(10);
-    const bigger = compilePolicy({ ...demoPolicy(), version: 2, plans: { ...demoPolicy().plans, free: { windows: [{ name: 'sustained', limit: 15, windowMs: 60_000 }] } } }).limitsFor('v1:any', 'none');
+    const bigger = compilePolicy({ ...demoPolicy(), version: 2, plans: { ...demoPolicy().plans, free: { windows: [{ name: 'sustained', limit: 15, windowMs: 60_000 }] } } }).limitsFor(
+      'v1:any',
+      'none',
+    );
     expect(admitted(c, KEY, bigger, 10)).to.equal(5);
     expect(c.buckets.size).to.equal(1);
   });
@@ -153,8 +156,12 @@ describe('local counters: the decision of a fleet of one', () => {
       const rand = rng(100 + seed);
       const clock = new FakeClock(1_800_000_000_000 + Math.floor(rand() * 60_000));
       const c = new LocalCounters(clock, 2);
-      const plans = [free, compilePolicy(demoPolicy({ defaultPlan: 'hour' })).limitsFor('v1:any', 'none'), compilePolicy(demoPolicy({ defaultPlan: 'anonymous' })).limitsFor('v1:any', 'none'),
-        compilePolicy(demoPolicy({ defaultPlan: 'pro' })).limitsFor('v1:any', 'none')];
+      const plans = [
+        free,
+        compilePolicy(demoPolicy({ defaultPlan: 'hour' })).limitsFor('v1:any', 'none'),
+        compilePolicy(demoPolicy({ defaultPlan: 'anonymous' })).limitsFor('v1:any', 'none'),
+        compilePolicy(demoPolicy({ defaultPlan: 'pro' })).limitsFor('v1:any', 'none'),
+      ];
       const keys = Array.from({ length: 400 }, (_, i) => `v1:slot${seed}k${String(i).padStart(14, '0')}`);
       // The reference: a count per key, window length and window id, and each key's limits; a change of
       // limits forgets the counts of window lengths the new limits lack.

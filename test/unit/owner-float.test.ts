@@ -76,7 +76,10 @@ describe('owner float: asks answered before their log write, never past the allo
     const start = windowEndMs(WID, W, phaseOffset(KEY, W));
     const near = (): FoldOwner => new FoldOwner(ownerConfig(new FakeClock(start - 30), new FixedFleet(4), { reserveRatio: 0, floatHolder: HOLDER, ownerEpoch: () => 7 }));
     const ahead = (windowId: number, demand: number, node = 'b'): ReportBatch => ({
-      shard: 0, nodeId: node, nodeEpoch: `${node}-e1`, round: 1,
+      shard: 0,
+      nodeId: node,
+      nodeEpoch: `${node}-e1`,
+      round: 1,
       reports: [{ keyId: KEY, windowId, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand, held: 0, selfGrant: false }],
     });
     const o = near();
@@ -102,7 +105,10 @@ describe('owner float: asks answered before their log write, never past the allo
     const o = new FoldOwner(ownerConfig(clock, new FixedFleet(1), { reserveRatio: 0, floatHolder: HOLDER, ownerEpoch: () => 7 }));
     o.refillFloats(all);
     o.onReports({
-      shard: 0, nodeId: 'h', nodeEpoch: 'h-e1', round: 1,
+      shard: 0,
+      nodeId: 'h',
+      nodeEpoch: 'h-e1',
+      round: 1,
       reports: [{ keyId: KEY, windowId: WID + 1, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 0.1, held: 0, selfGrant: false }],
     });
     expect(refillLogged(o)).to.have.length(1);
@@ -146,7 +152,17 @@ describe('owner float: asks answered before their log write, never past the allo
   it('never passes the allowance after a replay that lost a float’s grant but kept what moved out of it', () => {
     // The log kept b's grant (6, all from a float) and c's (3), not the float's grant behind them.
     const fromLost = (node: string, issued: number, floated: number): Grant => ({
-      type: 'grant', keyId: KEY, windowId: WID, windowMs: W, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, ownerEpoch: 6, grantSeq: 1, issued, ...(floated > 0 ? { floated } : {}),
+      type: 'grant',
+      keyId: KEY,
+      windowId: WID,
+      windowMs: W,
+      nodeId: node,
+      nodeEpoch: `${node}-e1`,
+      lease: 1,
+      ownerEpoch: 6,
+      grantSeq: 1,
+      issued,
+      ...(floated > 0 ? { floated } : {}),
     });
     const o = owner();
     o.replay(grants([fromLost('b', 6, 6), fromLost('c', 3, 0)]));

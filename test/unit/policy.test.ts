@@ -18,9 +18,7 @@ describe('policy model and validation', () => {
   const keyId = 'v1:AAAAAAAAAAAAAAAAAAAAAA';
 
   it('resolves key override, then tenant plan, then default plan', () => {
-    const p = compilePolicy(
-      demoPolicy({ keys: { [keyId]: { plan: 'pro' } }, tenants: { big: { plan: 'hour', share: 0.9 } } }),
-    );
+    const p = compilePolicy(demoPolicy({ keys: { [keyId]: { plan: 'pro' } }, tenants: { big: { plan: 'hour', share: 0.9 } } }));
     expect(p.limitsFor(keyId, 'big').id).to.equal('plan:pro');
     expect(p.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'big').id).to.equal('plan:hour');
     expect(p.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'small').id).to.equal('plan:free');
@@ -66,16 +64,53 @@ describe('policy model and validation', () => {
     ['missing everything', {}, ['version: is required', 'plans: is required', 'defaultPlan: is required', 'anonymousPlan: is required']],
     [
       'bad windows, listed together',
-      demoPolicy({ plans: { free: { windows: [{ name: 'a', limit: 0, windowMs: 10 }, { name: 'a', limit: 5, windowMs: 1000 }] }, anonymous: { windows: [] } } }),
-      ['plans.free.windows.0.limit: must be greater than or equal to 1', 'plans.free.windows.0.windowMs: must be greater than or equal to 1000', 'plans.free.windows.1: contains a duplicate value', 'plans.anonymous.windows: must contain at least 1 items'],
+      demoPolicy({
+        plans: {
+          free: {
+            windows: [
+              { name: 'a', limit: 0, windowMs: 10 },
+              { name: 'a', limit: 5, windowMs: 1000 },
+            ],
+          },
+          anonymous: { windows: [] },
+        },
+      }),
+      [
+        'plans.free.windows.0.limit: must be greater than or equal to 1',
+        'plans.free.windows.0.windowMs: must be greater than or equal to 1000',
+        'plans.free.windows.1: contains a duplicate value',
+        'plans.anonymous.windows: must contain at least 1 items',
+      ],
     ],
-    ['unknown plan references', demoPolicy({ defaultPlan: 'gold', tenants: { t: { plan: 'silver' } }, routeClasses: { x: { plan: 'bronze' } } }), ['defaultPlan: unknown plan "gold"', 'tenants.t.plan: unknown plan "silver"', 'routeClasses.x.plan: unknown plan "bronze"']],
-    ['a raw key as override key', demoPolicy({ keys: { 'sk_live_123': { plan: 'pro' } } }), ['keys: overrides must be keyed by key id (v1:…), never by raw key']],
-    ['override with both plan and windows', demoPolicy({ keys: { [keyId]: { plan: 'pro', windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), [`keys.${keyId}: contains a conflict between exclusive peers [plan, windows]`]],
-    ['bad fail mode and share', demoPolicy({ routeClasses: { x: { failMode: 'maybe' as 'open' } }, tenants: { t: { share: 1.5 } } }), ['routeClasses.x.failMode: must be one of [open, closed]', 'tenants.t.share: must be less than or equal to 1']],
+    [
+      'unknown plan references',
+      demoPolicy({ defaultPlan: 'gold', tenants: { t: { plan: 'silver' } }, routeClasses: { x: { plan: 'bronze' } } }),
+      ['defaultPlan: unknown plan "gold"', 'tenants.t.plan: unknown plan "silver"', 'routeClasses.x.plan: unknown plan "bronze"'],
+    ],
+    ['a raw key as override key', demoPolicy({ keys: { sk_live_123: { plan: 'pro' } } }), ['keys: overrides must be keyed by key id (v1:…), never by raw key']],
+    [
+      'override with both plan and windows',
+      demoPolicy({ keys: { [keyId]: { plan: 'pro', windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }),
+      [`keys.${keyId}: contains a conflict between exclusive peers [plan, windows]`],
+    ],
+    [
+      'bad fail mode and share',
+      demoPolicy({ routeClasses: { x: { failMode: 'maybe' as 'open' } }, tenants: { t: { share: 1.5 } } }),
+      ['routeClasses.x.failMode: must be one of [open, closed]', 'tenants.t.share: must be less than or equal to 1'],
+    ],
     [
       'a longer window with a smaller limit',
-      demoPolicy({ plans: { free: { windows: [{ name: 'burst', limit: 10, windowMs: 1000 }, { name: 'sustained', limit: 5, windowMs: 60_000 }] }, anonymous: { windows: [{ name: 'a', limit: 1, windowMs: 1000 }] } } }),
+      demoPolicy({
+        plans: {
+          free: {
+            windows: [
+              { name: 'burst', limit: 10, windowMs: 1000 },
+              { name: 'sustained', limit: 5, windowMs: 60_000 },
+            ],
+          },
+          anonymous: { windows: [{ name: 'a', limit: 1, windowMs: 1000 }] },
+        },
+      }),
       ['plans.free.windows: window "sustained" (5 per 60000 ms) is longer than "burst" but allows fewer requests (10), so "burst" can never bind'],
     ],
   ];
@@ -86,16 +121,17 @@ describe('policy model and validation', () => {
   }
 
   it('never echoes a raw key found where a key id belongs, whatever else is wrong with its entry', () => {
-    const problems = problemsOf(
-      demoPolicy({ keys: { [keyId]: { plan: 'pro' }, sk_live_secret_123: { plan: 'gold' }, sk_live_other: { windows: [{ name: 'w', limit: -1, windowMs: 1000 }] } } }),
-    );
+    const problems = problemsOf(demoPolicy({ keys: { [keyId]: { plan: 'pro' }, sk_live_secret_123: { plan: 'gold' }, sk_live_other: { windows: [{ name: 'w', limit: -1, windowMs: 1000 }] } } }));
     expect(problems.join(' ')).to.not.include('sk_live');
     expect(problems).to.include.members(['keys[1].plan: unknown plan "gold"', 'keys[2].windows.0.limit: must be greater than or equal to 1']);
   });
 
   it('refuses plan and route-class names an object inherits, an own __proto__ key included', () => {
     for (const name of ['constructor', 'toString', 'hasOwnProperty']) {
-      expect(() => compilePolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, [name]: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), name).to.throw(PolicyError, new RegExp(`plans\\.${name}`));
+      expect(() => compilePolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, [name]: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), name).to.throw(
+        PolicyError,
+        new RegExp(`plans\\.${name}`),
+      );
     }
     const smuggled = JSON.parse(JSON.stringify(demoPolicy()).replace('"plans":{', '"plans":{"__proto__":{"windows":[{"name":"w","limit":1,"windowMs":1000}]},'));
     expect(() => compilePolicy(smuggled)).to.throw(PolicyError, /plans\.__proto__: is a reserved name/);

@@ -37,7 +37,11 @@ function fleet(opts: { maxBuckets?: number; pausedUntil?: Map<string, number>; i
     faults: { latencyMs: 0.2, jitterMs: 0.1, loss: 0, duplicate: 0, reorderMs: 0, blocked: (f, t) => f !== t && (isolated.has(f) || isolated.has(t)), pausedUntil: (id) => paused.get(id) ?? 0 },
   });
   const members = [0, 1, 2].map((i) =>
-    joinFleet(bus, { nodeId: `n${i}`, nodeEpoch: `n${i}-e1`, shards: 1, maxBuckets: opts.maxBuckets ?? 50_000, roundMs: R, fastPathDeadlineMs: 1, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 }, clock),
+    joinFleet(
+      bus,
+      { nodeId: `n${i}`, nodeEpoch: `n${i}-e1`, shards: 1, maxBuckets: opts.maxBuckets ?? 50_000, roundMs: R, fastPathDeadlineMs: 1, headroom: 1.25, reserveRatio: 0.02, degradedAfterMs: 30_000 },
+      clock,
+    ),
   );
   // Whoever does not own the shard: the node under test and the one draining the window.
   const owner = Number(rendezvousOwner(0, ['n0', 'n1', 'n2'])!.slice(1));
@@ -70,7 +74,7 @@ describe('regressions found in review of the heartbeat statements', () => {
           if (i === f.n && clock.now() === heartbeatAt) paused.set(node, heartbeatAt + pauseMs); // stops right after this round
           queue.after(R, tick);
         };
-        queue.at(START + 1000 + (i === f.owner ? ownerBack : i === f.n ? heartbeatAt : ownerBack + 2) % R, tick);
+        queue.at(START + 1000 + ((i === f.owner ? ownerBack : i === f.n ? heartbeatAt : ownerBack + 2) % R), tick);
       }
       for (let t = W1_START - 950; t < W1_START - 900; t += 5) queue.at(t, () => f.decide(f.n)); // the node knows the key
       queue.at(ownerBack - 600, () => paused.set(owner, ownerBack));

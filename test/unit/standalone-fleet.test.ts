@@ -59,7 +59,9 @@ describe('standalone mode: the protocol as a fleet of one', () => {
     const clock = new FakeClock(1_800_000_000_000);
     const { node } = fleetOfOne(clock);
     const key = 'v1:WHOLEALLOWANCEWHOLEALL';
-    const limits = compilePolicy(demoPolicy({ plans: { free: { windows: [{ name: 'sustained', limit: 100, windowMs: 60_000 }] }, anonymous: { windows: [{ name: 'a', limit: 1, windowMs: 1000 }] } } })).limitsFor(key, 't');
+    const limits = compilePolicy(
+      demoPolicy({ plans: { free: { windows: [{ name: 'sustained', limit: 100, windowMs: 60_000 }] }, anonymous: { windows: [{ name: 'a', limit: 1, windowMs: 1000 }] } } }),
+    ).limitsFor(key, 't');
     const offset = node.buckets.get(key, limits, clock.now()).buckets[0]!.offset;
     clock.set((windowIdAt(clock.now(), 60_000, offset) + 1) * 60_000 + offset);
     let ok = 0;
