@@ -26,3 +26,20 @@ export interface SharedRedis {
   readonly command: RedisClient;
   subscribe(channel: string, onMessage: (message: string) => void): Promise<void>;
 }
+
+/**
+ * Each Redis bus's shared connections, kept beside it rather than on it: the bus's public type (the
+ * package's main entry declares it) then names no ioredis type, and a gateway without ioredis still
+ * typechecks.
+ */
+const sharedByBus = new WeakMap<object, SharedRedis>();
+
+/** Records `bus`'s shared connections. */
+export function shareConnections(bus: object, shared: SharedRedis): void {
+  sharedByBus.set(bus, shared);
+}
+
+/** The connections `bus` shares, if it is a Redis bus. */
+export function sharedConnections(bus: object): SharedRedis | undefined {
+  return sharedByBus.get(bus);
+}

@@ -22,7 +22,7 @@ import { ShardReach } from './shard-reach.js';
 import { ShardReader } from './shard-reader.js';
 import { Takeover } from './takeover.js';
 import type { Bus, BusCounters, CreditOwner, NodeIdentity } from './types.js';
-import { Channels, type SharedRedis } from './channels.js';
+import { Channels, shareConnections } from './channels.js';
 
 export type { RedisBusOptions, RedisBusStats };
 
@@ -65,8 +65,6 @@ export class RedisBus implements Bus {
   private closed = false;
   private readonly readerDone: Promise<void>;
   private readonly channels: Channels;
-  /** For the limiter's event log and policy feed: this bus's command connection and subscriber. */
-  readonly shared: SharedRedis;
 
   constructor(private readonly opts: RedisBusOptions) {
     this.codec = new EnvelopeCodec(opts.busSecret.versions, opts.busSecret.current);
@@ -83,7 +81,7 @@ export class RedisBus implements Bus {
     for (const c of [this.redis, this.fast]) defineGrantScript(c);
     for (const c of [this.redis, this.reader, this.sub, this.fast]) c.on('error', (err: Error) => this.warn(err, 'redis connection error'));
     this.channels = new Channels(this.sub);
-    this.shared = { command: this.redis, subscribe: (channel, onMessage) => this.channels.subscribe(channel, onMessage) };
+    shareConnections(this, { command: this.redis, subscribe: (channel, onMessage) => this.channels.subscribe(channel, onMessage) });
     const ctx: OwnerContext = {
       opts,
       clock: this.clock,

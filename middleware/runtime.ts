@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SCHEMA_VERSION } from '../bus/codec.js';
+import { sharedConnections } from '../bus/channels.js';
 import { EventLog } from '../bus/events.js';
 import type { NodeStatus } from '../bus/keys.js';
 import { LoopStalls } from '../bus/loop-stall.js';
@@ -74,7 +75,7 @@ export class Runtime {
     this.owner = fleet?.owner;
     this.quota = new QuotaReader(fleet === undefined ? this.local! : fleetQuota(fleet.node, fleet.owner), clock);
     // The event log and the policy feed use the bus's command connection and subscriber.
-    const shared = redisBus?.shared;
+    const shared = redisBus === undefined ? undefined : sharedConnections(redisBus);
     this.events = shared === undefined ? undefined : new EventLog(shared.command, cfg.redis!.prefix, { ...cfg.redis!.events, clock, logger });
     // With Redis, the live policy and the kill switch come from the store (P4).
     this.feed = shared === undefined ? undefined : followStore(cfg.redis!, shared, state, logger);
