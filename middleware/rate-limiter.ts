@@ -161,9 +161,15 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
       stats.dualRunDenied++;
       recordRefusal(keyId, beside, r.window, 'dual_run', routeClass, correlationIdOf(req));
     };
-    const r = node.acquire(`${keyId}${DUAL_RUN_SUFFIX}`, beside);
-    if (r instanceof Promise) r.then(counted, (err: unknown) => logger.debug({ err, keyId }, 'dual run not decided'));
-    else counted(r);
+    const failed = (err: unknown): void => logger.debug({ err, keyId }, 'dual run not decided');
+    // Never a fault of the request the enforced plan decided.
+    try {
+      const r = node.acquire(`${keyId}${DUAL_RUN_SUFFIX}`, beside);
+      if (r instanceof Promise) r.then(counted, failed);
+      else counted(r);
+    } catch (err) {
+      failed(err);
+    }
   }
 
   /**
