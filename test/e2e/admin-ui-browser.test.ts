@@ -101,10 +101,16 @@ describe('the enforcement-health page in headless Chromium, against a fleet of t
       expect(await verdict.innerText()).to.equal('Every node is enforcing the stored policy');
       const rows = await page.locator('tbody tr').allInnerTexts();
       expect(rows.map((r) => r.split('\t')[0]).sort()).to.deep.equal(fleet.nodes.map((n) => n.nodeId).sort());
-      // Every node on this release, policy version 1, enforcing, not degraded; the 64 shards shared among them.
+      // Every node on this release, policy version 1, enforcing, not degraded.
       for (const r of rows) expect(r.split('\t').slice(1, 5)).to.deep.equal([`${RELEASE} (schema ${SCHEMA_VERSION})`, '1', 'yes', 'no']);
+      // Each row shows the shards its node said it owned at its last status (once a second); on a
+      // starved machine ownership can move between two statuses, so only the table's total is exact.
       const owned = rows.map((r) => Number(r.split('\t')[6]));
-      expect(owned.reduce((a, b) => a + b, 0)).to.equal(64);
+      expect(
+        owned.every((n) => Number.isInteger(n) && n >= 0),
+        rows.join(' | '),
+      ).to.equal(true);
+      expect(owned.some((n) => n > 0)).to.equal(true);
       expect(await page.locator('dl.summary').innerText()).to.match(/Shards owned\s+64 \/ 64/);
       if (process.env.UPDATE_SCREENSHOT === '1') await page.screenshot({ path: SCREENSHOT, fullPage: true });
 
