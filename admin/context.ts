@@ -66,6 +66,11 @@ export function problem(res: Response, status: number, error: string, title: str
     .send(JSON.stringify({ type: 'about:blank', title, status, error, ...extra }));
 }
 
+/** The token of a request's `Authorization: Bearer …` header; the scheme is case-insensitive (RFC 9110 §11.1). */
+export function bearerToken(req: Request): string | undefined {
+  return /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
+}
+
 /** Constant-time comparison of a presented token with the configured one (digests: no length leak). */
 function same(a: string, b: string): boolean {
   return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
@@ -88,13 +93,12 @@ export class AdminContext {
   /** Bearer-token auth: 401 without a token, 403 with a wrong one or the wrong role. */
   private authorize(role: Role): RequestHandler {
     return (req: Request, res: Response, next: NextFunction): void => {
-      // The scheme is case-insensitive (RFC 9110 §11.1).
-      const m = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '');
-      if (m === null) {
+      const token = bearerToken(req);
+      if (token === undefined) {
         res.setHeader('WWW-Authenticate', 'Bearer realm="fleet-ratelimit admin"');
         return problem(res, 401, 'UNAUTHORIZED', 'A bearer token is required');
       }
-      const granted = this.roleOf(m[1]!);
+      const granted = this.roleOf(token);
       if (granted !== role) return problem(res, 403, 'FORBIDDEN', 'This credential may not do this');
       res.locals.principal = granted;
       next();

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import express, { type Request, type Response, type Router } from 'express';
-import type { AdminContext } from './context.js';
+import { bearerToken, type AdminContext } from './context.js';
 import { readFleetHealth } from './fleet-health.js';
 import { healthPage, loginPage, unavailablePage } from './ui-page.js';
 
@@ -62,9 +62,8 @@ function html(res: Response, status: number, body: string): void {
 export function uiRouter(ctx: AdminContext, clock: () => number = Date.now): Router {
   const sessions = new UiSessions();
   const r = express.Router();
-  const bearer = (req: Request): string | undefined => /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
   const signedIn = (req: Request): boolean => {
-    const token = bearer(req);
+    const token = bearerToken(req);
     return token !== undefined ? ctx.roleOf(token) === 'admin' : sessions.valid(cookie(req, COOKIE), clock());
   };
 
