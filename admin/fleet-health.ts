@@ -28,6 +28,8 @@ export interface FleetHealth {
   enforcing: boolean;
   policyVersion: number | null;
   ok: boolean;
+  /** Why it is not ok, one line each (empty when it is). */
+  problems: string[];
   refusedRecords: Refused[];
   degradedNodes: string[];
   nodesOnAnotherPolicy: string[];
@@ -105,22 +107,10 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
   const stalePolicy = nodes.filter((x) => policyOk && x.status !== null && x.status.policyVersion !== policy.version).map((x) => x.node);
   const enforcing = !('refused' in sw) && sw.enforce;
   const releases = releasesOf(nodes);
-  return {
+  const health = {
     at: now,
     enforcing,
     policyVersion: policyOk ? policy.version : null,
-    // Not without a stored, signed policy, nor while the store holds a record no node will apply, nor
-    // with no node at all.
-    ok:
-      policyOk &&
-      refused.length === 0 &&
-      nodes.length > 0 &&
-      degraded.length === 0 &&
-      stalePolicy.length === 0 &&
-      new Set(releases.map((r) => r.schemaVersion)).size <= 1 &&
-      enforcing &&
-      shards.length > 0 &&
-      shards.every((s) => s.owner !== null && s.leaseMsLeft > 0),
     refusedRecords: refused,
     degradedNodes: degraded,
     nodesOnAnotherPolicy: stalePolicy,
@@ -130,4 +120,25 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
     shards,
     unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard),
   };
+  const problems = problemsOf(health);
+  return { ...health, ok: problems.length === 0, problems };
+}
+
+/**
+ * Why the fleet is not ok, one line each; empty when it is: not without a stored, signed policy, nor
+ * while the store holds a record no node will apply, nor with no node at all.
+ */
+function problemsOf(h: Omit<FleetHealth, 'ok' | 'problems'>): string[] {
+  const out: string[] = [];
+  for (const r of h.refusedRecords) out.push(`The stored ${r.record} record is refused (${r.refused}): nodes keep their last good one`);
+  if (h.policyVersion === null && !h.refusedRecords.some((r) => r.record === 'policy')) out.push('No policy is stored');
+  if (!h.enforcing) out.push('The kill switch has enforcement off: every request is admitted');
+  if (h.nodes.length === 0) out.push('No node is a member of the fleet');
+  if (h.degradedNodes.length > 0) out.push(`Degraded: ${h.degradedNodes.join(', ')}`);
+  if (h.nodesOnAnotherPolicy.length > 0) out.push(`Not on policy version ${h.policyVersion ?? '?'}: ${h.nodesOnAnotherPolicy.join(', ')}`);
+  if (new Set(h.releases.map((r) => r.schemaVersion)).size > 1)
+    out.push(`Nodes speak different bus schema versions and refuse each other’s messages: ${h.releases.map((r) => `${r.release} (schema ${r.schemaVersion}): ${r.nodes.join(', ')}`).join('; ')}`);
+  if (h.shards.length === 0) out.push('No shard has an owner yet');
+  else if (h.unownedShards.length > 0) out.push(`${h.unownedShards.length} of ${h.shards.length} shards have no live owner: ${h.unownedShards.join(', ')}`);
+  return out;
 }

@@ -55,24 +55,6 @@ export function unavailablePage(): string {
   );
 }
 
-/** Why the fleet is not ok, one line each; empty when it is. */
-export function problemsOf(h: FleetHealth): string[] {
-  const out: string[] = [];
-  for (const r of h.refusedRecords) out.push(`The stored ${r.record} record is refused (${r.refused}): nodes keep their last good one`);
-  if (h.policyVersion === null && !h.refusedRecords.some((r) => r.record === 'policy')) out.push('No policy is stored');
-  if (!h.enforcing) out.push('The kill switch has enforcement off: every request is admitted');
-  if (h.nodes.length === 0) out.push('No node is a member of the fleet');
-  if (h.degradedNodes.length > 0) out.push(`Degraded: ${h.degradedNodes.join(', ')}`);
-  if (h.nodesOnAnotherPolicy.length > 0) out.push(`Not on policy version ${h.policyVersion ?? '?'}: ${h.nodesOnAnotherPolicy.join(', ')}`);
-  if (new Set(h.releases.map((r) => r.schemaVersion)).size > 1)
-    out.push(`Nodes speak different bus schema versions and refuse each other’s messages: ${h.releases.map((r) => `${r.release} (schema ${r.schemaVersion}): ${r.nodes.join(', ')}`).join('; ')}`);
-  if (h.shards.length === 0) out.push('No shard has an owner yet');
-  else if (h.unownedShards.length > 0) out.push(`${h.unownedShards.length} of ${h.shards.length} shards have no live owner: ${h.unownedShards.join(', ')}`);
-  // `ok` is the contract; a reason not listed above still shows as not ok.
-  if (!h.ok && out.length === 0) out.push('Not ok');
-  return out;
-}
-
 /** A table cell, marked bad when `bad`. */
 function cell(text: string | number, bad = false): string {
   return `<td${bad ? ' class="bad"' : ''}>${escapeHtml(String(text))}</td>`;
@@ -90,10 +72,9 @@ function nodeRow(n: NodeHealth, h: FleetHealth): string {
 
 /** The enforcement-health page: one verdict, the fleet's figures, then every node. */
 export function healthPage(h: FleetHealth): string {
-  const problems = problemsOf(h);
   const verdict = h.ok
     ? '<div class="verdict ok" data-ok="true">Every node is enforcing the stored policy</div>'
-    : `<div class="verdict bad" data-ok="false">Not ok<ul>${problems.map((p) => `<li>${escapeHtml(p)}</li>`).join('')}</ul></div>`;
+    : `<div class="verdict bad" data-ok="false">Not ok<ul>${h.problems.map((p) => `<li>${escapeHtml(p)}</li>`).join('')}</ul></div>`;
   const owned = h.shards.length - h.unownedShards.length;
   const share = h.leases.allowance > 0 ? ` (${((100 * h.leases.committed) / h.leases.allowance).toFixed(1)} %)` : '';
   return page(
