@@ -222,12 +222,34 @@ const pair =
     if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
     return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
   };
+/**
+ * A checkpoint: its ledgers' entries, then its ended marks, which travel as `ended` ([window length,
+ * end] pairs): a body key a release that does not know them ignores, where an entry of a new kind would
+ * reject its whole checkpoint.
+ */
+const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)) });
+const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
+  const { ended, ...b } = snapshotFields(v, p);
+  for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', windowMs, end });
+  return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
+};
+const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]> } => {
+  const out: unknown[] = [];
+  const ended: Array<[number, number]> = [];
+  for (const e of entries) {
+    if (e.kind === 'report') out.push(['r', encodeBatch(e.batch)]);
+    else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
+    else ended.push([e.windowMs, e.end]);
+  }
+  return ended.length > 0 ? { entries: out, ended } : { entries: out };
+};
+
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
 
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: decodeBatch,
   grants: object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) }),
-  snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint) }),
+  snapshot: decodeSnapshot,
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
@@ -242,7 +264,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
   snapshot: (b) => ({
     shard: b.shard,
-    entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])),
+    ...encodeEntries(b.entries),
     ...(b.epoch !== undefined ? { epoch: b.epoch } : {}),
   }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),

@@ -1,0 +1,233 @@
+import { expect } from 'chai';
+import { EnvelopeCodec } from '../../bus/codec.js';
+import { FakeClock } from '../../lib/clock.js';
+import { FoldOwner } from '../../lib/fold-owner.js';
+import { LeaseNode } from '../../lib/lease-node.js';
+import { compilePolicy } from '../../lib/policy.js';
+import type { LogEntry } from '../../lib/protocol/log.js';
+import { type CreditRequest, type Grant } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { seededRandom as rng } from '../../scripts/sim/queue.js';
+import { RecordingLink } from '../support/links.js';
+import { FixedFleet, nodeConfig, ownerConfig } from '../support/protocol.js';
+
+/*
+ * The owner's ended mark. An owner drops a window's ledger (its record of what was issued) two rounds
+ * after the window ends by its clock. A node spends the credit a late ask brings for the request that
+ * asked, even once the window has ended. So an owner must never issue for a window whose ledger it
+ * (or an earlier owner of the shard) dropped, whatever its wall clock does afterwards: a ledger made
+ * again would start empty and hand out the whole allowance once more.
+ */
+const KEY = 'v1:ENDEDMARKENDEDMARKEND';
+const W = 1000;
+const R = 25;
+const LIMIT = 10;
+const offset = phaseOffset(KEY, W);
+const limits = compilePolicy({ version: 1, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: LIMIT, windowMs: W }] } } }).limitsFor(KEY, 't');
+const W0 = windowIdAt(1_800_000_000_000, W, offset);
+const END = windowEndMs(W0, W, offset);
+
+function newOwner(clock: FakeClock): FoldOwner {
+  return new FoldOwner(ownerConfig(clock, new FixedFleet(2)));
+}
+
+function ask(node: string, windowId = W0, need = 1, keyId = KEY, windowMs = W, lease = 1): CreditRequest {
+  return { keyId, windowId, windowMs, limit: LIMIT, nodeId: node, nodeEpoch: `${node}-e1`, lease, spent: 0, selfIssued: 0, released: 0, need, demand: 0, fastPath: true };
+}
+
+/** An owner that issued the whole allowance of window W0 to node a, then swept it two rounds after its end. */
+function sweptOwner(clock: FakeClock): FoldOwner {
+  const o = newOwner(clock);
+  expect(o.onCreditRequest(ask('a', W0, LIMIT))?.issued).to.equal(LIMIT);
+  clock.set(END + 2 * R);
+  o.sweep(clock.now());
+  expect(o.size, 'swept').to.equal(0);
+  return o;
+}
+
+describe('owner: the ended mark', () => {
+  it('a node spends a late grant for its ended window, and an owner whose clock stepped back after the sweep issues nothing for it: no more than the allowance', async () => {
+    // Wall clocks within a round of true time (two rounds of each other). Node a spends the whole
+    // allowance of W0. Node b asks 1 ms before W0 ends by its clock; the ask is held up. Meanwhile
+    // the owner, a round ahead, sweeps W0 two rounds after its end by its clock, and then steps back
+    // to a round behind: W0 ended less than two rounds ago again. The late ask arrives.
+    const ownerClock = new FakeClock(END - 500);
+    const owner = newOwner(ownerClock);
+    const answer = (reqs: readonly CreditRequest[]): Grant[] => reqs.flatMap((r) => owner.onCreditRequest(r) ?? []);
+    const clockA = new FakeClock(END - 500);
+    const a = new LeaseNode(nodeConfig({ nodeId: 'a', nodeEpoch: 'a-e1' }), clockA, new RecordingLink(answer));
+    let admitted = 0;
+    for (let i = 0; i < 3 * LIMIT; i++) {
+      const r = a.acquire(KEY, limits);
+      if (r instanceof Promise) expect.fail('answered at once');
+      if (r.admitted) admitted++;
+      clockA.advance(1);
+    }
+    expect(admitted, 'node a spent the allowance').to.equal(LIMIT);
+    const clockB = new FakeClock(END - 1);
+    let late: (() => void) | undefined;
+    const linkB = new RecordingLink((reqs) => new Promise((resolve) => (late = () => resolve(answer(reqs)))));
+    const b = new LeaseNode(nodeConfig({ nodeId: 'b', nodeEpoch: 'b-e1' }), clockB, linkB);
+    const pending = b.acquire(KEY, limits);
+    expect(linkB.requests.flat().map((q) => q.windowId)).to.deep.equal([W0]);
+    ownerClock.set(END + 2 * R); // true time END + R
+    owner.sweep(ownerClock.now());
+    expect(owner.committed(KEY, W, W0), 'the ledger was dropped').to.equal(0);
+    clockB.set(END + 1); // a round behind true time: W0 has ended for node b too
+    ownerClock.step(-2 * R); // a round behind true time
+    late!();
+    const r = await pending;
+    if (r.admitted) admitted++;
+    expect(r.admitted, 'nothing was issued for the swept window').to.equal(false);
+    expect(admitted, 'admitted in W0').to.be.at.most(LIMIT);
+    expect(owner.committed(KEY, W, W0)).to.equal(0);
+  });
+
+  it('never moves back: after a sweep, a late ask for the window gets nothing whatever the clock does, stepped back, forward and back again', () => {
+    const clock = new FakeClock(END - 500);
+    const o = sweptOwner(clock);
+    expect(o.endedMark(W)).to.equal(END);
+    for (const step of [-2 * R, -10 * R, 5_000, -5_000 - 20 * R, 3 * R]) {
+      clock.step(step);
+      o.sweep(clock.now());
+      expect(o.onCreditRequest(ask('b')), `after a step of ${step} ms`).to.equal(undefined);
+      expect(o.endedMark(W), 'the mark never moves back').to.equal(END);
+    }
+    // Reports for the window make a ledger again, but it issues nothing: no top-up either.
+    const out = o.onReports({
+      shard: 0,
+      nodeId: 'b',
+      nodeEpoch: 'b-e1',
+      round: 1,
+      reports: [{ keyId: KEY, windowId: W0, windowMs: W, limit: LIMIT, lease: 1, seq: 1, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 50, held: 0, selfGrant: false }],
+    });
+    expect(out.filter((m) => m.type === 'grant')).to.deep.equal([]);
+    expect(o.committed(KEY, W, W0)).to.equal(0);
+  });
+
+  it('covers every key of that window length ending no later, whatever its phase offset, and no window of another length', () => {
+    const clock = new FakeClock(END - 500);
+    const o = sweptOwner(clock);
+    clock.step(-3 * R); // W0 looks live again by the clock: only the mark ends it
+    // Another key whose window of this length ends before END (an earlier phase) is ended too; one
+    // that ends after it, or a window of another length, is not.
+    let earlier: string | undefined;
+    let later: string | undefined;
+    for (let i = 0; (earlier === undefined || later === undefined) && i < 10_000; i++) {
+      const k = `v1:OTHERKEY${String(i).padStart(14, '0')}`;
+      const wid = windowIdAt(clock.now(), W, phaseOffset(k, W));
+      const end = windowEndMs(wid, W, phaseOffset(k, W));
+      if (end <= END && end > clock.now() - 2 * R) earlier ??= k;
+      if (end > END) later ??= k;
+    }
+    const idOf = (k: string): number => windowIdAt(clock.now(), W, phaseOffset(k, W));
+    expect(o.onCreditRequest(ask('b', idOf(earlier!), 1, earlier!)), 'ends before the mark').to.equal(undefined);
+    expect(o.onCreditRequest(ask('b', idOf(later!), 1, later!))?.issued, 'ends after the mark').to.equal(1);
+    const id60 = windowIdAt(clock.now(), 60_000, phaseOffset(KEY, 60_000));
+    expect(o.onCreditRequest(ask('b', id60, 1, KEY, 60_000))?.issued, 'another window length').to.equal(1);
+  });
+
+  it('is in the checkpoint: an owner that takes the shard over (or the same owner restarted) replays it and issues nothing for the window, its clock behind or not', () => {
+    const clock = new FakeClock(END - 500);
+    const o = sweptOwner(clock);
+    // Every shard's checkpoint carries the marks: a ledger of any shard may be the one dropped.
+    for (let s = 0; s < 8; s++) expect(o.snapshot(s).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', windowMs: W, end: END }]);
+    // Through the bus's codec, as the log carries it.
+    const codec = new EnvelopeCodec([{ version: 'b1', secret: 'ended-mark-test-secret' }]);
+    const env = codec.open(codec.seal('snapshot', { shard: 3, entries: o.snapshot(3), epoch: 9 }));
+    const carried = (env.body as { entries: LogEntry[] }).entries;
+    expect(carried).to.deep.equal(o.snapshot(3));
+    for (const behind of [0, R, 2 * R, 10 * R]) {
+      const successorClock = new FakeClock(END + 2 * R - behind);
+      const successor = newOwner(successorClock);
+      successor.replay(carried);
+      expect(successor.endedMark(W)).to.equal(END);
+      expect(successor.onCreditRequest(ask('b')), `a successor ${behind} ms behind`).to.equal(undefined);
+      // Its own checkpoint passes the mark on.
+      expect(successor.snapshot(0).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', windowMs: W, end: END }]);
+    }
+    // Without the mark (a checkpoint taken before the mark existed), the window would be issued again.
+    const blind = newOwner(new FakeClock(END));
+    blind.replay(carried.filter((e) => e.kind !== 'ended'));
+    expect(blind.onCreditRequest(ask('b'))?.issued).to.equal(1);
+  });
+
+  it('a checkpoint an older release wrote (no marks) still opens, and one with marks opens in a release that ignores them', () => {
+    const codec = new EnvelopeCodec([{ version: 'b1', secret: 'ended-mark-test-secret' }]);
+    const fields = codec.seal('snapshot', { shard: 1, entries: [{ kind: 'ended', windowMs: W, end: END }] });
+    // The marks travel as a body key of their own: the entries list stays what every release reads.
+    const raw = JSON.parse(String(fields.b)) as { entries: unknown[]; ended: unknown };
+    expect(raw.entries).to.deep.equal([]);
+    expect(raw.ended).to.deep.equal([[W, END]]);
+    const old = codec.open(codec.seal('snapshot', { shard: 1, entries: [] }));
+    expect((old.body as { entries: LogEntry[] }).entries).to.deep.equal([]);
+  });
+
+  it('property: whatever the owner clocks do (steps within the skew and far beyond it), restarts and takeovers, no window is issued more than its allowance in all', function () {
+    this.timeout(60_000);
+    const keys = Array.from({ length: 6 }, (_, i) => `v1:PROPKEY${String(i).padStart(14, '0')}`);
+    const lengths = [200, 1000];
+    for (let seed = 1; seed <= 40; seed++) {
+      const rand = rng(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+      let t = 1_800_000_000_000;
+      let skew = 0; // the owner's clock minus true time
+      let clock = new FakeClock(t);
+      let owner = newOwner(clock);
+      let log: LogEntry[] = [];
+      /** Per (key, length, window id): per (node epoch, lease) the most it was issued. */
+      const issued = new Map<string, Map<string, number>>();
+      /** The marks of the last checkpoint, and those the owner last showed. */
+      const marks = new Map<number, number>();
+      const shown = new Map<number, number>();
+      for (let step = 0; step < 1500; step++) {
+        t += Math.floor(rand() * 20);
+        const x = rand();
+        // The owner's clock: mostly within a round of true time, stepping about; now and then far off.
+        if (x < 0.1) skew = Math.round((rand() * 2 - 1) * R);
+        else if (x < 0.12) skew = pick([-5_000, -1_500, 1_500, 5_000]);
+        clock.step(t + skew - clock.now());
+        if (x > 0.97) {
+          // A takeover or a restart: a new owner, its clock anywhere within a round of true time,
+          // replays the log (the last checkpoint and the grants since).
+          clock = new FakeClock(t + Math.round((rand() * 2 - 1) * R));
+          skew = clock.now() - t;
+          owner = newOwner(clock);
+          owner.replay(log);
+          for (const [ms, end] of marks) expect(owner.endedMark(ms), 'a successor knows at least the marks checkpointed').to.be.at.least(end);
+          shown.clear();
+        } else if (x > 0.9) {
+          owner.sweep(clock.now());
+          for (const ms of lengths) {
+            const m = owner.endedMark(ms);
+            if (m === undefined) continue;
+            expect(m, 'a mark never moves back').to.be.at.least(shown.get(ms) ?? m);
+            shown.set(ms, m);
+          }
+        } else if (x > 0.87) {
+          log = [0, 1, 2, 3, 4, 5, 6, 7].flatMap((s) => owner.snapshot(s)); // checkpoint, log trimmed behind it
+          for (const ms of lengths) if (owner.endedMark(ms) !== undefined) marks.set(ms, owner.endedMark(ms)!);
+        } else {
+          // An ask, from a node whose clock is within a round of true time, for its window or (held
+          // up on its way) one of the two before.
+          const keyId = pick(keys);
+          const windowMs = pick(lengths);
+          const nodeNow = t + Math.round((rand() * 2 - 1) * R);
+          const windowId = windowIdAt(nodeNow, windowMs, phaseOffset(keyId, windowMs)) - pick([0, 0, 1, 2]);
+          const node = pick(['a', 'b', 'c']);
+          const lease = 1 + Math.floor(rand() * 3);
+          const g = owner.onCreditRequest({ ...ask(node, windowId, 1 + Math.floor(rand() * 3), keyId, windowMs, lease), nodeEpoch: `${node}-e${lease}` });
+          if (g === undefined) continue;
+          log.push({ kind: 'grant', grant: g });
+          const id = `${keyId}|${windowMs}|${windowId}`;
+          const per = issued.get(id) ?? new Map<string, number>();
+          issued.set(id, per);
+          per.set(`${g.nodeEpoch}|${g.lease}`, Math.max(per.get(`${g.nodeEpoch}|${g.lease}`) ?? 0, g.issued));
+          let sum = 0;
+          for (const v of per.values()) sum += v;
+          expect(sum, `seed ${seed}: window ${id} issued in all`).to.be.at.most(LIMIT);
+        }
+      }
+    }
+  });
+});
