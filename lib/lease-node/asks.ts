@@ -132,15 +132,16 @@ export abstract class NodeAsks extends NodeMessages {
     }
   }
 
-  /** After the fast path: take credit if every window now has it, else deny. */
+  /**
+   * After the fast path: take credit if every window now has it, else deny. A window that ended while
+   * the ask was out still counts what it holds: the request came in it, and the grant was its
+   * allowance, issued by an owner that never issues for a window whose ledger it dropped (its ended
+   * mark, `lib/owner/ended.ts`). A bucket another request or a round rolled meanwhile holds only the
+   * new window's credit.
+   */
   private recheck(subject: Subject, cost: number): Acquired {
-    const now = this.clock.now();
     const windows = subject.limits.windows;
-    for (let i = 0; i < windows.length; i++) {
-      const b = subject.buckets[i] as Bucket;
-      // The window may have rolled while we waited: its fresh bucket has no credit yet.
-      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost, 'refused');
-    }
+    for (let i = 0; i < windows.length; i++) if ((subject.buckets[i] as Bucket).credit < cost) return this.deny(subject, cost, 'refused');
     return this.take(subject, cost);
   }
 
@@ -159,8 +160,7 @@ export abstract class NodeAsks extends NodeMessages {
     let shortName = '';
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
-      // Credit in a window that ended while an ask was out covers nothing: its successor is short.
-      if (b.credit >= cost && b.windowEnd > now) return;
+      if (b.credit >= cost) return;
       if (b.exhausted === Exhaustion.Spent && (spent === undefined || b.windowEnd > spent.windowEnd)) {
         spent = b;
         spentName = w.name;
