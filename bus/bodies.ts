@@ -223,17 +223,19 @@ const pair =
     return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
   };
 /**
- * A checkpoint: its ledgers' entries, then its ended marks, which travel as `ended` ([window length,
- * end] pairs): a body key a release that does not know them ignores, where an entry of a new kind would
- * reject its whole checkpoint.
+ * A checkpoint: its ledgers' entries, then its shard's ended marks, which travel as `ended` ([window
+ * length, end] pairs): a body key a release that does not know them ignores, where an entry of a new
+ * kind would reject its whole checkpoint. Always written, `[]` for none, so a checkpoint of a release
+ * that keeps marks is told apart from an older release's (no key), whose owner dropped ledgers
+ * without marking them.
  */
 const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)) });
 const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
   const { ended, ...b } = snapshotFields(v, p);
-  for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', windowMs, end });
+  for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', shard: b.shard, windowMs, end });
   return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
 };
-const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]> } => {
+const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended: Array<[number, number]> } => {
   const out: unknown[] = [];
   const ended: Array<[number, number]> = [];
   for (const e of entries) {
@@ -241,7 +243,7 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
     else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
     else ended.push([e.windowMs, e.end]);
   }
-  return ended.length > 0 ? { entries: out, ended } : { entries: out };
+  return { entries: out, ended };
 };
 
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });

@@ -57,7 +57,7 @@ export class FoldOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
-    if (this.ended(req.windowMs, windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
+    if (this.ended(this.cfg.shardOf(req.keyId, req.windowId), req.windowMs, windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
     const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
@@ -151,7 +151,7 @@ export class FoldOwner {
    * on the nodes that happened to hold it when the key stopped, while others refused.)
    */
   private topUp(ledger: Ledger, lease: Lease, r: Report): void {
-    if (this.ended(ledger.windowMs, ledger.windowEnd)) return;
+    if (this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) return;
     const target = this.sizing.target(ledger, r.demand);
     if (held(lease) >= target) return;
     // The float too, when the pool is short (a top-up goes out once all it states is on record).
@@ -183,32 +183,32 @@ export class FoldOwner {
   }
 
   /**
-   * Whether a window of length `windowMs` that ends at `windowEnd` is ended for this owner: nothing
+   * Whether a window of `shard` of length `windowMs` that ends at `windowEnd` is ended for this owner: nothing
    * more is issued for it, asked for or reported. Ended when it ended more than SKEW_ROUNDS ago by
    * this owner's clock — no node whose clock is within the skew allowed of this one's is still in it;
    * an ask or a report that late was long on its way, or comes from a clock stepped back beyond the
    * skew, and such a node is refused until its clock is in a live window — or, whatever the clock says
-   * now, when it ends no later than a ledger of that length this owner (or an earlier owner of the
-   * shard, by its checkpoint) dropped: the ended mark (`lib/owner/ended.ts`). A ledger made again
+   * now, when it ends no later than a ledger of that shard and length this owner (or an earlier owner
+   * of the shard, by its checkpoint) dropped: the shard's ended mark (`lib/owner/ended.ts`). A ledger made again
    * after its sweep would start empty, as if none of the window's allowance had been issued.
    */
-  private ended(windowMs: number, windowEnd: number): boolean {
-    return windowEnd <= this.cfg.clock.now() - SKEW_ROUNDS * this.cfg.roundMs || this.marks.covers(windowMs, windowEnd);
+  private ended(shard: number, windowMs: number, windowEnd: number): boolean {
+    return windowEnd <= this.cfg.clock.now() - SKEW_ROUNDS * this.cfg.roundMs || this.marks.covers(shard, windowMs, windowEnd);
   }
 
   /**
    * Drops ledgers of windows that ended two rounds ago by `nowMs`, raising the ended mark of their
-   * window length to each one's end, and forgets ended self-grant episodes.
+   * shard and window length to each one's end, and forgets ended self-grant episodes.
    */
   sweep(nowMs: number): void {
     // `ended`, as the store counts it: the window's end at or before this.
-    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, (l) => this.marks.raise(l.windowMs, l.windowEnd));
+    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, (l) => this.marks.raise(l.shard, l.windowMs, l.windowEnd));
     this.reports.sweep();
   }
 
-  /** The ended mark of windows of length `windowMs`: the latest end of a dropped ledger, if any. */
-  endedMark(windowMs: number): number | undefined {
-    return this.marks.of(windowMs);
+  /** The ended mark of windows of length `windowMs` in `shard`: the latest end of its dropped ledgers, if any. */
+  endedMark(shard: number, windowMs: number): number | undefined {
+    return this.marks.of(shard, windowMs);
   }
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */

@@ -15,7 +15,7 @@ import type { NodeReports } from './node-reports.js';
 export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, entries: readonly LogEntry[]): void {
   for (const e of entries) {
     if (e.kind === 'ended') {
-      marks.raise(e.windowMs, e.end);
+      marks.raise(e.shard, e.windowMs, e.end);
       continue;
     }
     if (e.kind === 'report') {
@@ -54,7 +54,7 @@ export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: End
  * visits that shard's ledgers only (`LedgerStore.inShard`).
  */
 export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: EndedMarks, shard: number): LogEntry[] {
-  const entries: LogEntry[] = marks.entries();
+  const entries: LogEntry[] = marks.entries(shard);
   const batches = new Map<string, { nodeId: string; nodeEpoch: string; reports: Report[] }>();
   for (const l of ledgers.inShard(shard)) {
     for (const lease of l.leases) {

@@ -1,11 +1,12 @@
 import { expect } from 'chai';
+import { decoders } from '../../bus/bodies.js';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import { FakeClock } from '../../lib/clock.js';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import { LeaseNode } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
-import { type CreditRequest, type Grant } from '../../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type Grant } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { seededRandom as rng } from '../../scripts/sim/queue.js';
 import { RecordingLink } from '../support/links.js';
@@ -26,6 +27,8 @@ const offset = phaseOffset(KEY, W);
 const limits = compilePolicy({ version: 1, defaultPlan: 'p', anonymousPlan: 'p', plans: { p: { windows: [{ name: 'w', limit: LIMIT, windowMs: W }] } } }).limitsFor(KEY, 't');
 const W0 = windowIdAt(1_800_000_000_000, W, offset);
 const END = windowEndMs(W0, W, offset);
+/** The shard of KEY's window W0 (the test owners hash keys over 8 shards). */
+const S0 = shardOf(KEY, W0, 8);
 
 function newOwner(clock: FakeClock): FoldOwner {
   return new FoldOwner(ownerConfig(clock, new FixedFleet(2)));
@@ -86,12 +89,12 @@ describe('owner: the ended mark', () => {
   it('never moves back: after a sweep, a late ask for the window gets nothing whatever the clock does, stepped back, forward and back again', () => {
     const clock = new FakeClock(END - 500);
     const o = sweptOwner(clock);
-    expect(o.endedMark(W)).to.equal(END);
+    expect(o.endedMark(S0, W)).to.equal(END);
     for (const step of [-2 * R, -10 * R, 5_000, -5_000 - 20 * R, 3 * R]) {
       clock.step(step);
       o.sweep(clock.now());
       expect(o.onCreditRequest(ask('b')), `after a step of ${step} ms`).to.equal(undefined);
-      expect(o.endedMark(W), 'the mark never moves back').to.equal(END);
+      expect(o.endedMark(S0, W), 'the mark never moves back').to.equal(END);
     }
     // Reports for the window make a ledger again, but it issues nothing: no top-up either.
     const out = o.onReports({
@@ -105,46 +108,73 @@ describe('owner: the ended mark', () => {
     expect(o.committed(KEY, W, W0)).to.equal(0);
   });
 
-  it('covers every key of that window length ending no later, whatever its phase offset, and no window of another length', () => {
+  it('covers every key of that shard and window length ending no later, whatever its phase offset, and no window of another shard or length', () => {
     const clock = new FakeClock(END - 500);
     const o = sweptOwner(clock);
     clock.step(-3 * R); // W0 looks live again by the clock: only the mark ends it
-    // Another key whose window of this length ends before END (an earlier phase) is ended too; one
-    // that ends after it, or a window of another length, is not.
+    // Another key of the shard whose window of this length ends before END (an earlier phase) is
+    // ended too; one that ends after it, one of another shard, or a window of another length, is not.
     let earlier: string | undefined;
     let later: string | undefined;
-    for (let i = 0; (earlier === undefined || later === undefined) && i < 10_000; i++) {
+    let elsewhere: string | undefined;
+    for (let i = 0; (earlier === undefined || later === undefined || elsewhere === undefined) && i < 10_000; i++) {
       const k = `v1:OTHERKEY${String(i).padStart(14, '0')}`;
       const wid = windowIdAt(clock.now(), W, phaseOffset(k, W));
       const end = windowEndMs(wid, W, phaseOffset(k, W));
-      if (end <= END && end > clock.now() - 2 * R) earlier ??= k;
+      const before = end <= END && end > clock.now() - 2 * R;
+      if (before && shardOf(k, wid, 8) === S0) earlier ??= k;
+      if (before && shardOf(k, wid, 8) !== S0) elsewhere ??= k;
       if (end > END) later ??= k;
     }
     const idOf = (k: string): number => windowIdAt(clock.now(), W, phaseOffset(k, W));
     expect(o.onCreditRequest(ask('b', idOf(earlier!), 1, earlier!)), 'ends before the mark').to.equal(undefined);
     expect(o.onCreditRequest(ask('b', idOf(later!), 1, later!))?.issued, 'ends after the mark').to.equal(1);
+    expect(o.onCreditRequest(ask('b', idOf(elsewhere!), 1, elsewhere!))?.issued, 'another shard').to.equal(1);
     const id60 = windowIdAt(clock.now(), 60_000, phaseOffset(KEY, 60_000));
     expect(o.onCreditRequest(ask('b', id60, 1, KEY, 60_000))?.issued, 'another window length').to.equal(1);
+  });
+
+  it("a clock stepped far forward on one owner costs only the shards whose ledgers it dropped: their checkpoints carry the marks, no other shard's", () => {
+    // The owner holds ledgers of one shard only; its clock jumps 5 s ahead and it sweeps them. A
+    // successor taking its other shards (its clock right) answers every first ask for a live key.
+    const clock = new FakeClock(END - 500);
+    const o = newOwner(clock);
+    expect(o.onCreditRequest(ask('a'))?.issued).to.equal(1);
+    clock.step(5_000);
+    o.sweep(clock.now());
+    expect(o.endedMark(S0, W), 'the swept shard is marked').to.equal(END);
+    const successor = newOwner(new FakeClock(END - 500));
+    for (let s = 0; s < 8; s++) if (s !== S0) successor.replay(o.snapshot(s));
+    let asked = 0;
+    let granted = 0;
+    for (let i = 0; asked < 200; i++) {
+      const k = `v1:LIVEKEY${String(i).padStart(15, '0')}`;
+      const wid = windowIdAt(END - 500, W, phaseOffset(k, W));
+      if (shardOf(k, wid, 8) === S0) continue;
+      asked++;
+      if (successor.onCreditRequest(ask('b', wid, 1, k))?.issued === 1) granted++;
+    }
+    expect(granted, 'first asks for live keys of the other shards').to.equal(200);
   });
 
   it('is in the checkpoint: an owner that takes the shard over (or the same owner restarted) replays it and issues nothing for the window, its clock behind or not', () => {
     const clock = new FakeClock(END - 500);
     const o = sweptOwner(clock);
-    // Every shard's checkpoint carries the marks: a ledger of any shard may be the one dropped.
-    for (let s = 0; s < 8; s++) expect(o.snapshot(s).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', windowMs: W, end: END }]);
+    // The checkpoint of the dropped ledger's shard carries the mark; no other shard's does.
+    for (let s = 0; s < 8; s++) expect(o.snapshot(s).filter((e) => e.kind === 'ended')).to.deep.equal(s === S0 ? [{ kind: 'ended', shard: S0, windowMs: W, end: END }] : []);
     // Through the bus's codec, as the log carries it.
     const codec = new EnvelopeCodec([{ version: 'b1', secret: 'ended-mark-test-secret' }]);
-    const env = codec.open(codec.seal('snapshot', { shard: 3, entries: o.snapshot(3), epoch: 9 }));
+    const env = codec.open(codec.seal('snapshot', { shard: S0, entries: o.snapshot(S0), epoch: 9 }));
     const carried = (env.body as { entries: LogEntry[] }).entries;
-    expect(carried).to.deep.equal(o.snapshot(3));
+    expect(carried).to.deep.equal(o.snapshot(S0));
     for (const behind of [0, R, 2 * R, 10 * R]) {
       const successorClock = new FakeClock(END + 2 * R - behind);
       const successor = newOwner(successorClock);
       successor.replay(carried);
-      expect(successor.endedMark(W)).to.equal(END);
+      expect(successor.endedMark(S0, W)).to.equal(END);
       expect(successor.onCreditRequest(ask('b')), `a successor ${behind} ms behind`).to.equal(undefined);
       // Its own checkpoint passes the mark on.
-      expect(successor.snapshot(0).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', windowMs: W, end: END }]);
+      expect(successor.snapshot(S0).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', shard: S0, windowMs: W, end: END }]);
     }
     // Without the mark (a checkpoint taken before the mark existed), the window would be issued again.
     const blind = newOwner(new FakeClock(END));
@@ -152,15 +182,20 @@ describe('owner: the ended mark', () => {
     expect(blind.onCreditRequest(ask('b'))?.issued).to.equal(1);
   });
 
-  it('a checkpoint an older release wrote (no marks) still opens, and one with marks opens in a release that ignores them', () => {
+  it("a checkpoint carries its marks in a body key of its own, always (none: []), which the previous release's reader drops: it reads the same ledgers", () => {
+    const clock = new FakeClock(END - 500);
+    const o = newOwner(clock);
+    expect(o.onCreditRequest(ask('a', W0, 3))?.issued).to.equal(3);
+    const ledgers = o.snapshot(S0);
     const codec = new EnvelopeCodec([{ version: 'b1', secret: 'ended-mark-test-secret' }]);
-    const fields = codec.seal('snapshot', { shard: 1, entries: [{ kind: 'ended', windowMs: W, end: END }] });
-    // The marks travel as a body key of their own: the entries list stays what every release reads.
-    const raw = JSON.parse(String(fields.b)) as { entries: unknown[]; ended: unknown };
-    expect(raw.entries).to.deep.equal([]);
-    expect(raw.ended).to.deep.equal([[W, END]]);
-    const old = codec.open(codec.seal('snapshot', { shard: 1, entries: [] }));
-    expect((old.body as { entries: LogEntry[] }).entries).to.deep.equal([]);
+    const raw = (entries: LogEntry[]): { shard: number; entries: unknown[]; ended?: unknown } => JSON.parse(String(codec.seal('snapshot', { shard: S0, entries }).b)) as never;
+    expect(raw(ledgers).ended, 'no marks yet: written all the same').to.deep.equal([]);
+    const marked = raw([...ledgers, { kind: 'ended', shard: S0, windowMs: W, end: END - W }]);
+    expect(marked.ended).to.deep.equal([[W, END - W]]);
+    // The previous release's snapshot reader knows shard, entries and epoch, and drops other keys;
+    // its entries reader is this one's. What it reads is the ledgers, as written.
+    const previous = decoders.snapshot({ shard: marked.shard, entries: marked.entries }, '');
+    expect(previous.entries.filter((e) => e.kind === 'grant' || e.kind === 'report')).to.deep.equal(ledgers);
   });
 
   it('property: whatever the owner clocks do (steps within the skew and far beyond it), restarts and takeovers, no window is issued more than its allowance in all', function () {
@@ -177,9 +212,10 @@ describe('owner: the ended mark', () => {
       let log: LogEntry[] = [];
       /** Per (key, length, window id): per (node epoch, lease) the most it was issued. */
       const issued = new Map<string, Map<string, number>>();
-      /** The marks of the last checkpoint, and those the owner last showed. */
-      const marks = new Map<number, number>();
-      const shown = new Map<number, number>();
+      /** Per (shard, length): the marks of the last checkpoint, and those the owner last showed. */
+      const marks = new Map<string, number>();
+      const shown = new Map<string, number>();
+      const slots = [0, 1, 2, 3, 4, 5, 6, 7].flatMap((shard) => lengths.map((ms) => ({ shard, ms, id: `${shard}|${ms}` })));
       for (let step = 0; step < 1500; step++) {
         t += Math.floor(rand() * 20);
         const x = rand();
@@ -194,19 +230,19 @@ describe('owner: the ended mark', () => {
           skew = clock.now() - t;
           owner = newOwner(clock);
           owner.replay(log);
-          for (const [ms, end] of marks) expect(owner.endedMark(ms), 'a successor knows at least the marks checkpointed').to.be.at.least(end);
+          for (const { shard, ms, id } of slots) if (marks.has(id)) expect(owner.endedMark(shard, ms), 'a successor knows at least the marks checkpointed').to.be.at.least(marks.get(id)!);
           shown.clear();
         } else if (x > 0.9) {
           owner.sweep(clock.now());
-          for (const ms of lengths) {
-            const m = owner.endedMark(ms);
+          for (const { shard, ms, id } of slots) {
+            const m = owner.endedMark(shard, ms);
             if (m === undefined) continue;
-            expect(m, 'a mark never moves back').to.be.at.least(shown.get(ms) ?? m);
-            shown.set(ms, m);
+            expect(m, 'a mark never moves back').to.be.at.least(shown.get(id) ?? m);
+            shown.set(id, m);
           }
         } else if (x > 0.87) {
           log = [0, 1, 2, 3, 4, 5, 6, 7].flatMap((s) => owner.snapshot(s)); // checkpoint, log trimmed behind it
-          for (const ms of lengths) if (owner.endedMark(ms) !== undefined) marks.set(ms, owner.endedMark(ms)!);
+          for (const { shard, ms, id } of slots) if (owner.endedMark(shard, ms) !== undefined) marks.set(id, owner.endedMark(shard, ms)!);
         } else {
           // An ask, from a node whose clock is within a round of true time, for its window or (held
           // up on its way) one of the two before.
