@@ -194,14 +194,19 @@ const requestRec = record<CreditRequest>([
   ['fastPath', bool],
 ]);
 
-/** A grant's fields, then `floated` when not 0 (a release that does not know it ignores it, and counts more committed). */
+/**
+ * A grant's fields, then `floated` (0 for none), then `late` (1, or left out): each trailing field a
+ * release that does not know it ignores; an older one, ignoring `floated`, counts more committed.
+ */
 const decodeGrant: Reader<Grant> = (v, p) => {
   const g = grantRec.decode(v, p);
-  const floated = (v as unknown[]).length > GRANT_FIELDS ? uint((v as unknown[])[GRANT_FIELDS], `${p}.floated`) : 0;
+  const a = v as unknown[];
+  const floated = a.length > GRANT_FIELDS ? uint(a[GRANT_FIELDS], `${p}.floated`) : 0;
   if (floated > g.issued) bad(`${p}.floated`, 'must not be more than issued');
-  return floated > 0 ? { type: 'grant', ...g, floated } : { type: 'grant', ...g };
+  const late = a.length > GRANT_FIELDS + 1 && bool(a[GRANT_FIELDS + 1], `${p}.late`);
+  return { type: 'grant', ...g, ...(floated > 0 ? { floated } : {}), ...(late ? { late: 1 as const } : {}) };
 };
-const encodeGrant = (g: Grant): unknown[] => (g.floated ? [...grantRec.encode(g), g.floated] : grantRec.encode(g));
+const encodeGrant = (g: Grant): unknown[] => [...grantRec.encode(g), ...(g.late === 1 ? [g.floated ?? 0, 1] : g.floated ? [g.floated] : [])];
 const decodeMessage: Reader<OwnerMessage> = (v, p) => {
   if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
   return v[0] === 'g' ? decodeGrant(v[1], `${p}.grant`) : { type: 'adjust', ...adjustRec.decode(v[1], `${p}.adjust`) };
@@ -224,26 +229,32 @@ const pair =
   };
 /**
  * A checkpoint: its ledgers' entries, then its shard's ended marks, which travel as `ended` ([window
- * length, end] pairs): a body key a release that does not know them ignores, where an entry of a new
- * kind would reject its whole checkpoint. Always written, `[]` for none, so a checkpoint of a release
- * that keeps marks is told apart from an older release's (no key), whose owner dropped ledgers
- * without marking them.
+ * length, end] pairs) and `unmarked` (the shard's unmarked horizon, if any): body keys a release that
+ * does not know them ignores, where an entry of a new kind would reject its whole checkpoint. `ended`
+ * is always written, `[]` for none, so a checkpoint of a release that keeps marks is told apart from
+ * an older release's (no key), whose owner dropped ledgers without marking them: read as an
+ * `unmarked` entry with no horizon, which the replaying owner dates.
  */
-const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)) });
+const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)), unmarked: optional(uint) });
 const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
-  const { ended, ...b } = snapshotFields(v, p);
+  const { ended, unmarked, ...b } = snapshotFields(v, p);
   for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', shard: b.shard, windowMs, end });
+  if (ended === undefined) b.entries.push({ kind: 'unmarked', shard: b.shard });
+  else if (unmarked !== undefined) b.entries.push({ kind: 'unmarked', shard: b.shard, by: unmarked });
   return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
 };
-const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended: Array<[number, number]> } => {
+/** A checkpoint's entries in its body's keys; an undated `unmarked` entry (an older release's checkpoint, read) is written as one: no `ended`. */
+const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]>; unmarked?: number } => {
   const out: unknown[] = [];
   const ended: Array<[number, number]> = [];
+  let unmarked = -1;
   for (const e of entries) {
     if (e.kind === 'report') out.push(['r', encodeBatch(e.batch)]);
     else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
-    else ended.push([e.windowMs, e.end]);
+    else if (e.kind === 'ended') ended.push([e.windowMs, e.end]);
+    else unmarked = e.by === undefined ? Infinity : Math.max(unmarked, e.by);
   }
-  return { entries: out, ended };
+  return unmarked === Infinity ? { entries: out } : unmarked < 0 ? { entries: out, ended } : { entries: out, ended, unmarked };
 };
 
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });

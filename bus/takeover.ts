@@ -42,6 +42,8 @@ export class Takeover {
         const env = ctx.open(EnvelopeCodec.fromStream(flat));
         if (env !== undefined) entries.push(...logEntries(env));
       }
+      // Without a settled fence the ledgers any earlier owner dropped may be unmarked in what is left.
+      if (blind) entries.push({ kind: 'unmarked', shard });
       ctx.owner()!.replay(entries);
       const lastReport = reports[reports.length - 1]?.[0];
       if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;

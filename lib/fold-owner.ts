@@ -49,7 +49,7 @@ export class FoldOwner {
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
-    this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats);
+    this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
     this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats);
   }
 
@@ -169,7 +169,7 @@ export class FoldOwner {
 
   /** Rebuilds ledgers from a shard's retained log before serving it (`replayLog`). */
   replay(entries: readonly LogEntry[]): void {
-    replayLog(this.ledgers, this.reports, this.marks, entries);
+    replayLog(this.ledgers, this.reports, this.marks, entries, this.cfg.clock.now() + SKEW_ROUNDS * this.cfg.roundMs);
   }
 
   /** A checkpoint of one shard's ledgers as log entries; `replay(snapshot(s))` restores them (`snapshotShard`). */

@@ -10,12 +10,18 @@ import type { NodeReports } from './node-reports.js';
  * Rebuilds ledgers from a shard's retained log, as a restarted or new owner must before it serves:
  * grants restore what was issued (cumulative, so order and duplicates do not matter), reports what
  * was spent, self-granted and released, ended marks which windows an earlier owner dropped (never
- * issued for again). Credit issued before a crash is never issued twice.
+ * issued for again). Credit issued before a crash is never issued twice. A checkpoint an older release
+ * wrote keeps no marks: its shard's windows ending by `unmarkedBy` (the replaying owner's clock and
+ * the skew: every ledger that owner dropped ended before) may have been dropped unmarked.
  */
-export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, entries: readonly LogEntry[]): void {
+export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, entries: readonly LogEntry[], unmarkedBy: number): void {
   for (const e of entries) {
     if (e.kind === 'ended') {
       marks.raise(e.shard, e.windowMs, e.end);
+      continue;
+    }
+    if (e.kind === 'unmarked') {
+      marks.unmark(e.shard, e.by ?? unmarkedBy);
       continue;
     }
     if (e.kind === 'report') {

@@ -16,9 +16,16 @@ import type { LogEntry } from '../protocol/log.js';
  * needs) and those of other keys of that length in the same shard ending before them. Per shard, so
  * that cost stays with the shards that owner held: a checkpoint carries its own shard's marks only,
  * and a successor taking one shard takes no other shard's.
+ *
+ * Marks are complete for a shard only if every owner that dropped its ledgers kept them. An older
+ * release keeps none: a shard whose history reaches back to one has an unmarked horizon, a time no
+ * window it dropped unmarked ends after (`unmark`). A node spends a grant that lands after its window
+ * ended only if the owner says, on the grant (`Grant.late`), that its marks are complete for that
+ * window (`complete`): it ends after the horizon.
  */
 export class EndedMarks {
   private readonly byShard = new Map<number, Map<number, number>>();
+  private readonly unmarked = new Map<number, number>();
 
   /** Whether a window of length `windowMs` in `shard` that ends at `windowEnd` is ended by a mark. */
   covers(shard: number, windowMs: number, windowEnd: number): boolean {
@@ -39,10 +46,27 @@ export class EndedMarks {
     return this.byShard.get(shard)?.get(windowMs);
   }
 
+  /**
+   * Windows of `shard` ending at or before `by` may have had their ledgers dropped without a mark (an
+   * older release owned the shard, or its record was lost): the horizon only grows.
+   */
+  unmark(shard: number, by: number): void {
+    const h = this.unmarked.get(shard);
+    if (h === undefined || by > h) this.unmarked.set(shard, by);
+  }
+
+  /** Whether the marks of `shard` are complete for a window ending at `windowEnd`: it ends after the shard's unmarked horizon. */
+  complete(shard: number, windowEnd: number): boolean {
+    const h = this.unmarked.get(shard);
+    return h === undefined || windowEnd > h;
+  }
+
   /** The shard's marks as log entries, for its checkpoint: what a later owner of the shard must know. */
   entries(shard: number): LogEntry[] {
     const out: LogEntry[] = [];
     for (const [windowMs, end] of this.byShard.get(shard) ?? []) out.push({ kind: 'ended', shard, windowMs, end });
+    const by = this.unmarked.get(shard);
+    if (by !== undefined) out.push({ kind: 'unmarked', shard, by });
     return out;
   }
 }

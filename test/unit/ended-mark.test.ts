@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { decoders } from '../../bus/bodies.js';
+import { decoders, encoders } from '../../bus/bodies.js';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import { FakeClock } from '../../lib/clock.js';
 import { FoldOwner } from '../../lib/fold-owner.js';
@@ -265,5 +265,118 @@ describe('owner: the ended mark', () => {
         }
       }
     }
+  });
+
+  describe('in a fleet where an older release (no marks, no `late` on its grants) owned the shard', () => {
+    /** What an older release sends for a grant: it keeps no marks, and knows no `late`. */
+    const older = (g: Grant): Grant => {
+      const { late, ...rest } = g;
+      void late;
+      return rest;
+    };
+    /** A checkpoint through the log's body codec; `olderWriter`: written as an older release writes it (no `ended`). */
+    const checkpoint = (o: FoldOwner, olderWriter: boolean): LogEntry[] =>
+      [0, 1, 2, 3, 4, 5, 6, 7].flatMap((shard) => {
+        const raw = encoders.snapshot({ shard, entries: o.snapshot(shard) }) as Record<string, unknown>;
+        if (olderWriter) delete raw['ended'];
+        return decoders.snapshot(JSON.parse(JSON.stringify(raw)), '').entries;
+      });
+
+    /**
+     * Node a (its clock right) spends W0's whole allowance from `answer`; node b, a round behind true
+     * time, asks 1 ms before W0 ends by its clock and its answer is held up. `meanwhile` runs at true
+     * time END + R (b's clock at END − 1), before b's loop picks the answer up at END by its clock.
+     * What b admitted in W0, with a's.
+     */
+    async function lateAnswer(answer: (reqs: readonly CreditRequest[]) => Grant[], meanwhile: () => void): Promise<number> {
+      const clockA = new FakeClock(END - 500);
+      const a = new LeaseNode(nodeConfig({ nodeId: 'a', nodeEpoch: 'a-e1' }), clockA, new RecordingLink(answer));
+      let admitted = 0;
+      for (let i = 0; i < 3 * LIMIT; i++) {
+        const r = a.acquire(KEY, limits);
+        if (r instanceof Promise) expect.fail('answered at once');
+        if (r.admitted) admitted++;
+        clockA.advance(1);
+      }
+      expect(admitted, 'node a spent the allowance').to.equal(LIMIT);
+      const clockB = new FakeClock(END - 1);
+      let release: (() => void) | undefined;
+      const linkB = new RecordingLink((reqs) => new Promise((resolve) => (release = () => resolve(answer(reqs)))));
+      const b = new LeaseNode(nodeConfig({ nodeId: 'b', nodeEpoch: 'b-e1' }), clockB, linkB);
+      const pending = b.acquire(KEY, limits);
+      expect(linkB.requests.flat().map((q) => q.windowId)).to.deep.equal([W0]);
+      meanwhile();
+      clockB.set(END); // b's loop stalled: it picks the answer up once W0 ended by its clock
+      release!();
+      if ((await pending).admitted) admitted++;
+      return admitted;
+    }
+
+    it('route A: an older owner sweeps W0 (a round ahead) and its clock steps back within the skew; the fresh grant it then issues lands after W0 ended: the node spends none of it', async () => {
+      const ownerClock = new FakeClock(END - 500);
+      const owner = newOwner(ownerClock);
+      // An older release: no marks.
+      (owner as unknown as { marks: { covers: () => boolean } }).marks.covers = () => false;
+      const answer = (reqs: readonly CreditRequest[]): Grant[] => reqs.flatMap((r) => owner.onCreditRequest(r) ?? []).map(older);
+      const admitted = await lateAnswer(answer, () => {
+        ownerClock.set(END + 2 * R); // true time END + R
+        owner.sweep(ownerClock.now());
+        expect(owner.committed(KEY, W, W0), 'the ledger was dropped').to.equal(0);
+        ownerClock.step(-2 * R); // a round behind true time
+      });
+      expect(owner.committed(KEY, W, W0), 'it did issue W0 again').to.equal(1);
+      expect(admitted, 'admitted in W0').to.equal(LIMIT);
+    });
+
+    for (const olderCheckpoint of [true, false]) {
+      it(`route B: an older owner a round ahead sweeps W0 and checkpoints ${olderCheckpoint ? 'without marks (as an older release writes it)' : 'with them (this release)'}; this release takes the shard a round behind and answers the late ask: no more than the allowance`, async () => {
+        const o1Clock = new FakeClock(END - 500 + R);
+        const o1 = newOwner(o1Clock);
+        if (olderCheckpoint) (o1 as unknown as { marks: { covers: () => boolean } }).marks.covers = () => false;
+        let owner = o1;
+        const answer = (reqs: readonly CreditRequest[]): Grant[] => reqs.flatMap((r) => owner.onCreditRequest(r) ?? []).map((g) => (olderCheckpoint && owner === o1 ? older(g) : g));
+        let o2: FoldOwner | undefined;
+        const admitted = await lateAnswer(answer, () => {
+          const t = END + R; // true time
+          o1Clock.set(t + R);
+          o1.sweep(o1Clock.now());
+          const log = checkpoint(o1, olderCheckpoint); // the log is trimmed behind it
+          o2 = newOwner(new FakeClock(t + 5 - R)); // END + 5: W0 is not two rounds past by its clock
+          o2.replay(log);
+          owner = o2;
+        });
+        expect(admitted, 'admitted in W0').to.equal(LIMIT);
+        if (olderCheckpoint) {
+          // The successor issued W0 again (it cannot know it was swept), but said nothing of `late`.
+          expect(o2!.committed(KEY, W, W0)).to.equal(1);
+          const again = o2!.onCreditRequest({ ...ask('c'), nodeEpoch: 'c-e1' });
+          expect(again?.late, 'a window ending by the unmarked horizon').to.equal(undefined);
+        } else expect(o2!.committed(KEY, W, W0), 'the mark ends W0').to.equal(0);
+      });
+    }
+
+    it('an owner says `late` only for windows ending after its unmarked horizon: its own checkpoint carries the horizon, and a successor keeps it', () => {
+      const clock = new FakeClock(END - 10);
+      const fresh = newOwner(clock);
+      expect(fresh.onCreditRequest(ask('a'))?.late, 'marks complete from the start').to.equal(1);
+      const older = newOwner(clock);
+      expect(older.onCreditRequest(ask('a'))?.issued).to.equal(1);
+      const o2 = newOwner(clock);
+      o2.replay(checkpoint(older, true));
+      const horizon = clock.now() + 2 * R;
+      // W0 ends within the horizon; the next window of the key ends after it.
+      expect(END).to.be.at.most(horizon);
+      expect(o2.onCreditRequest(ask('b'))?.late, 'W0: restated or not, no `late`').to.equal(undefined);
+      expect(o2.onCreditRequest(ask('a'))?.late).to.equal(undefined);
+      expect(o2.onCreditRequest(ask('b', W0 + 1))?.late, 'the next window').to.equal(1);
+      // Over the log's codec, `late` travels as a trailing field an older reader ignores.
+      const g = o2.onCreditRequest(ask('c', W0 + 1))!;
+      expect(decoders.messages(JSON.parse(JSON.stringify(encoders.messages({ re: 0, nodeId: 'c', messages: [g] }))), '').messages).to.deep.equal([g]);
+      for (const shard of [0, 1, 2, 3, 4, 5, 6, 7]) expect(o2.snapshot(shard).filter((e) => e.kind === 'unmarked')).to.deep.equal([{ kind: 'unmarked', shard, by: horizon }]);
+      const o3 = newOwner(new FakeClock(clock.now() - R));
+      o3.replay(checkpoint(o2, false));
+      expect(o3.onCreditRequest(ask('d'))?.late, 'a successor keeps the horizon').to.equal(undefined);
+      expect(o3.onCreditRequest(ask('d', W0 + 1))?.late).to.equal(1);
+    });
   });
 });

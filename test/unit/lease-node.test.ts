@@ -234,7 +234,7 @@ describe('lease node: the decision path', () => {
     expect(link.requests).to.have.length(2);
   });
 
-  it('a request whose window ended while its ask was out is admitted against the credit granted for that window', async () => {
+  it('a request whose window ended while its ask was out is admitted against the credit granted for that window, by an owner keeping complete ended marks', async () => {
     // It came in that window, and the grant was that window's allowance: the wait is the owner's, not
     // the caller's (1 in 1,000 requests of 1 s windows asking per request was refused for it).
     const clock = new FakeClock(1_800_000_000_000);
@@ -242,7 +242,7 @@ describe('lease node: the decision path', () => {
     clock.advance(end - clock.now() - 1); // 1 ms before the key's window ends
     const link = new RecordingLink((reqs) => {
       clock.advance(2); // the window ends while the ask is out; its grant is for the window that ended
-      return Promise.resolve(reqs.map((r) => grantFor(r, 1, 1)));
+      return Promise.resolve(reqs.map((r) => ({ ...grantFor(r, 1, 1), late: 1 as const })));
     });
     const node = makeNode(link, clock);
     expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
@@ -253,6 +253,42 @@ describe('lease node: the decision path', () => {
     expect(next).to.be.instanceOf(Promise);
     expect(await next).to.deep.equal({ admitted: true });
     expect([b.windowEnd, b.spent]).to.deep.equal([end + 1000, 1]);
+  });
+
+  it('a grant without `late` (an owner whose marks may be incomplete) that lands after the window ended covers nothing there: refused, retry now', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    const link = new RecordingLink((reqs) => {
+      clock.advance(2);
+      return Promise.resolve(reqs.map((r) => grantFor(r, 1, 1)));
+    });
+    const node = makeNode(link, clock);
+    const r = (await node.acquire(KEY, one)) as Denied;
+    expect([r.admitted, r.retryAfterMs]).to.deep.equal([false, 0]);
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    expect([b.windowEnd, b.spent, b.credit]).to.deep.equal([end, 0, 1]);
+    // A later grant saying `late` does not clear it: the credit the first one added is still there.
+    node.onMessage({ ...grantFor(link.requests[0]![0]!, 2, 2), late: 1 });
+    expect(b.lateUnsure).to.equal(true);
+    // The next window's bucket starts without the mark.
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect([b.windowEnd, b.lateUnsure]).to.deep.equal([end + 1000, false]);
+  });
+
+  it('credit that landed before the window ended covers a request that came in it, whatever the grant said, even once the window ended during the ask', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    let node: LeaseNode | undefined;
+    const link = new RecordingLink((reqs) => {
+      node!.onMessage(grantFor(reqs[0]!, 1, 1)); // a top-up, without `late`, lands before the end
+      clock.advance(2);
+      return Promise.resolve([]);
+    });
+    node = makeNode(link, clock);
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect(node.buckets.peek(KEY)!.buckets[0]!.lateUnsure).to.equal(false);
   });
 
   it('a request whose window ended while its ask was out, answered with nothing, is told to retry now', async () => {
