@@ -183,14 +183,15 @@ export class FoldOwner {
   }
 
   /**
-   * Whether a window of `shard` of length `windowMs` that ends at `windowEnd` is ended for this owner: nothing
-   * more is issued for it, asked for or reported. Ended when it ended more than SKEW_ROUNDS ago by
-   * this owner's clock — no node whose clock is within the skew allowed of this one's is still in it;
-   * an ask or a report that late was long on its way, or comes from a clock stepped back beyond the
-   * skew, and such a node is refused until its clock is in a live window — or, whatever the clock says
-   * now, when it ends no later than a ledger of that shard and length this owner (or an earlier owner
-   * of the shard, by its checkpoint) dropped: the shard's ended mark (`lib/owner/ended.ts`). A ledger made again
-   * after its sweep would start empty, as if none of the window's allowance had been issued.
+   * Whether a window of `shard` of length `windowMs` that ends at `windowEnd` is ended for this owner:
+   * nothing more is issued for it (a late report is folded, and may make its ledger again, but gets no
+   * top-up). Ended when it ended more than SKEW_ROUNDS ago by this owner's clock — no node whose clock
+   * is within the skew allowed of this one's is still in it; an ask or a report that late was long on
+   * its way, or comes from a clock stepped back beyond the skew, and such a node is refused until its
+   * clock is in a live window — or, whatever the clock says now, when it ends no later than a ledger of
+   * that shard and length this owner (or an earlier owner of the shard, by its checkpoint) dropped: the
+   * shard's ended mark (`lib/owner/ended.ts`). A ledger made again after its sweep would start empty,
+   * as if none of the window's allowance had been issued.
    */
   private ended(shard: number, windowMs: number, windowEnd: number): boolean {
     return windowEnd <= this.cfg.clock.now() - SKEW_ROUNDS * this.cfg.roundMs || this.marks.covers(shard, windowMs, windowEnd);
