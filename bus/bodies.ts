@@ -235,11 +235,13 @@ const pair =
  * an older release's (no key), whose owner dropped ledgers without marking them: read as an
  * `unmarked` entry with no horizon, which the replaying owner dates.
  */
-const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)), unmarked: optional(uint) });
+/** `unmarked`, read leniently (a bad value would reject the ledgers too): a fraction ceiled, anything else not a time undated (`null`). */
+const horizon: Reader<number | null | undefined> = (v) => (v === undefined ? undefined : typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.ceil(v) : null);
+const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)), unmarked: horizon });
 const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
   const { ended, unmarked, ...b } = snapshotFields(v, p);
   for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', shard: b.shard, windowMs, end });
-  if (ended === undefined) b.entries.push({ kind: 'unmarked', shard: b.shard });
+  if (ended === undefined || unmarked === null) b.entries.push({ kind: 'unmarked', shard: b.shard });
   else if (unmarked !== undefined) b.entries.push({ kind: 'unmarked', shard: b.shard, by: unmarked });
   return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
 };
@@ -252,7 +254,7 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
     if (e.kind === 'report') out.push(['r', encodeBatch(e.batch)]);
     else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
     else if (e.kind === 'ended') ended.push([e.windowMs, e.end]);
-    else unmarked = e.by === undefined ? Infinity : Math.max(unmarked, e.by);
+    else unmarked = e.by === undefined ? Infinity : Math.max(unmarked, Math.ceil(e.by));
   }
   return unmarked === Infinity ? { entries: out } : unmarked < 0 ? { entries: out, ended } : { entries: out, ended, unmarked };
 };

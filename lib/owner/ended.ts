@@ -48,11 +48,13 @@ export class EndedMarks {
 
   /**
    * Windows of `shard` ending at or before `by` may have had their ledgers dropped without a mark (an
-   * older release owned the shard, or its record was lost): the horizon only grows.
+   * older release owned the shard, or its record was lost): the horizon only grows. Kept in whole ms,
+   * rounded up (a clock may give fractions; a checkpoint carries the horizon as an integer).
    */
   unmark(shard: number, by: number): void {
     const h = this.unmarked.get(shard);
-    if (h === undefined || by > h) this.unmarked.set(shard, by);
+    const at = Math.ceil(by);
+    if (h === undefined || at > h) this.unmarked.set(shard, at);
   }
 
   /** Whether the marks of `shard` are complete for a window ending at `windowEnd`: it ends after the shard's unmarked horizon. */

@@ -198,6 +198,48 @@ describe('owner: the ended mark', () => {
     expect(previous.entries.filter((e) => e.kind === 'grant' || e.kind === 'report')).to.deep.equal(ledgers);
   });
 
+  it('a horizon dated by a clock that gives fractions of a ms is written whole (rounded up), and a fractional or bad one read never rejects the checkpoint', () => {
+    const clock = new FakeClock(END - 500.5);
+    const o1 = newOwner(clock);
+    const S1 = shardOf(KEY, W0 + 1, 8);
+    o1.replay([...new Set([S0, S1])].map((shard) => ({ kind: 'unmarked', shard }))); // a blind takeover
+    expect(o1.onCreditRequest(ask('a', W0, LIMIT))?.issued).to.equal(LIMIT);
+    expect(o1.onCreditRequest(ask('a', W0 + 1, 3))?.issued).to.equal(3);
+    clock.set(END + 2 * R + 0.25);
+    o1.sweep(clock.now());
+    const written = (shard: number): Record<string, unknown> => JSON.parse(JSON.stringify(encoders.snapshot({ shard, entries: o1.snapshot(shard) }))) as never;
+    const raw = written(S0);
+    expect(raw['unmarked'], 'rounded up').to.equal(Math.ceil(END - 500.5 + 2 * R));
+    const o2 = newOwner(new FakeClock(END + 5));
+    o2.replay([...new Set([S0, S1])].flatMap((shard) => decoders.snapshot(written(shard), '').entries));
+    expect(o2.onCreditRequest(ask('b')), 'the dropped window').to.equal(undefined);
+    expect(o2.committed(KEY, W, W0 + 1), 'the live ledger, not issued again').to.equal(3);
+    expect(o2.onCreditRequest(ask('b', W0 + 1, LIMIT))?.issued, 'what is left of it').to.equal(LIMIT - 3);
+    // Read from a writer that did not round it up: rounded up; anything else that is not a time: undated.
+    for (const [v, by] of [
+      [END - 450.5, END - 450],
+      ['soon', undefined],
+      [-1, undefined],
+    ] as const) {
+      const entries = decoders.snapshot({ ...raw, unmarked: v }, '').entries;
+      expect(
+        entries.filter((e) => e.kind === 'unmarked'),
+        String(v),
+      ).to.deep.equal([by === undefined ? { kind: 'unmarked', shard: S0 } : { kind: 'unmarked', shard: S0, by }]);
+      expect(entries.filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', shard: S0, windowMs: W, end: END }]);
+    }
+  });
+
+  it('an owner that replays a log with no checkpoint cannot know its marks: the takeover dates the horizon (without it, `late` would go out)', () => {
+    const clock = new FakeClock(END + 5);
+    const bare = newOwner(clock);
+    bare.replay([]);
+    expect(bare.onCreditRequest(ask('b')), 'what the bus must not leave it at').to.deep.include({ issued: 1, late: 1 });
+    const dated = newOwner(clock);
+    dated.replay([{ kind: 'unmarked', shard: S0 }]);
+    expect(dated.onCreditRequest(ask('b'))?.late).to.equal(undefined);
+  });
+
   it('property: whatever the owner clocks do (steps within the skew and far beyond it), restarts and takeovers, no window is issued more than its allowance in all', function () {
     this.timeout(60_000);
     const keys = Array.from({ length: 6 }, (_, i) => `v1:PROPKEY${String(i).padStart(14, '0')}`);
