@@ -81,12 +81,13 @@ function enforced(policy: CompiledPolicy | undefined, keyId: string, seen: Sight
  * Judges a candidate policy against recorded traffic. Each key is resolved as a node resolves it
  * (override → tenant plan → default plan; an anonymous caller's plan from its route class), under the
  * policy in force and under the candidate, and its windows are joined with its peaks by window length.
- * A peak over the candidate's limit is newly throttled unless the key was already at its limit then
- * (the window used up its allowance) or would be today (the count reaches today's limit); those are
- * listed apart when the candidate lowers the limit. Counts of one or none are not recorded, which
- * hides nothing: no limit is below 1. A window length the key has no record of (its nodes never held
- * it to one) cannot be judged and is listed; a key with peaks but no sighting is judged by its
- * override or the default plan only if it has an override in both policies, else listed too.
+ * A peak over the candidate's limit is newly throttled unless today's policy enforces that window and
+ * the key was already at its limit (the window used up its allowance) or would be today (the count
+ * reaches today's limit); those are listed apart when the candidate lowers the limit. Counts of one or
+ * none are not recorded, which hides nothing: no limit is below 1. A window length the key has no
+ * record of (its nodes never held it to one) cannot be judged and is listed; a key with peaks but no
+ * sighting is judged only if it has an override in both policies (its plan then needs no tenant),
+ * else listed too.
  */
 export function judgeCandidate(current: CompiledPolicy | undefined, candidate: CompiledPolicy, history: TrafficHistory, listed = 1000): StageReport {
   const fresh = new Map<string, ThrottledWindow>();
@@ -104,10 +105,12 @@ export function judgeCandidate(current: CompiledPolicy | undefined, candidate: C
     }
     judged.add(id);
     const next = enforced(candidate, p.keyId, seen).find((x) => x.windowMs === p.windowMs);
-    if (next === undefined || p.count <= next.limit) continue;
+    // A window that used its whole allowance may have been asked for more: at the new limit, it is over it.
+    if (next === undefined || p.count < next.limit || (p.count === next.limit && !p.saturated)) continue;
     const old = enforced(current, p.keyId, seen).find((x) => x.windowMs === p.windowMs);
     const oldLimit = old?.limit ?? null;
-    const already = p.saturated || (oldLimit !== null && p.count >= oldLimit);
+    // Throttled already: only where today's policy enforces this window (a shadow plan refuses nobody).
+    const already = oldLimit !== null && (p.saturated || p.count >= oldLimit);
     if (already && oldLimit !== null && next.limit >= oldLimit) continue;
     const into = already ? further : fresh;
     const was = into.get(id);

@@ -138,6 +138,14 @@ describe('policy staging: judging a candidate', () => {
     }
   });
 
+  it('a key at its limit under a plan in shadow mode today was refused nothing: enforcing the plan newly throttles it', () => {
+    const doc = demoPolicy();
+    const shadowFree = compilePolicy({ ...doc, plans: { ...doc.plans, free: { ...doc.plans.free!, mode: 'shadow' } } });
+    const r = judgeCandidate(shadowFree, compilePolicy(doc), history({ [C]: acme }, [atLimit]));
+    expect(r.newlyThrottled.keys).to.deep.equal([{ keyId: C, window: 'burst', windowMs: 1000, peak: 10, hour: H0, hours: 1, oldLimit: null, newLimit: 10 }]);
+    expect(r.furtherThrottled.count).to.equal(0);
+  });
+
   it('resolves a key as nodes do: override, then tenant plan, then default; anonymous callers by route class; shadow plans throttle nobody', () => {
     const h = history({ [A]: acme, [B]: { tenant: 'globex', routeClass: '', windowLengths: [1000, 60_000] }, [C]: { tenant: undefined, routeClass: 'public', windowLengths: [1000] } }, [
       peak(A, 1000, 9),
