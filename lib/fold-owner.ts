@@ -192,10 +192,22 @@ export class FoldOwner {
     return windowEnd <= nowMs - SKEW_ROUNDS * this.cfg.roundMs;
   }
 
-  /** Drops ledgers of windows that ended (`ended`: two rounds ago), and forgets ended self-grant episodes. */
-  sweep(nowMs: number): void {
+  /**
+   * Drops ledgers of windows that ended (`ended`: two rounds ago), and forgets ended self-grant
+   * episodes. `ended` hears of each dropped window: what it admitted fleet-wide (spent, summed over
+   * its leases) against its allowance — the traffic history policy staging judges candidates by.
+   */
+  sweep(nowMs: number, ended?: (keyId: string, windowMs: number, windowEnd: number, admitted: number, allowance: number) => void): void {
     // `ended`, as the store counts it: the window's end at or before this.
-    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs);
+    const dropped =
+      ended === undefined
+        ? undefined
+        : (l: Ledger): void => {
+            let admitted = 0;
+            for (const lease of l.leases) admitted += lease.spent;
+            ended(l.keyId, l.windowMs, l.windowEnd, admitted, l.allowance);
+          };
+    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, dropped);
     this.reports.sweep();
   }
 

@@ -141,10 +141,10 @@ export class LedgerStore {
   }
 
   /**
-   * Drops the ledgers of windows that ended at or before `endedBy` (window end ≤ it). A shard none of
-   * whose ledgers has ended yet costs one comparison.
+   * Drops the ledgers of windows that ended at or before `endedBy` (window end ≤ it), each handed to
+   * `dropped` first. A shard none of whose ledgers has ended yet costs one comparison.
    */
-  sweep(endedBy: number): void {
+  sweep(endedBy: number, dropped?: (l: Ledger) => void): void {
     for (let shard = 0; shard < this.byShard.length; shard++) {
       const s = this.byShard[shard];
       if (s === undefined || s.firstEnd > endedBy) continue;
@@ -154,7 +154,10 @@ export class LedgerStore {
         if (l.windowEnd > endedBy) {
           live.push(l);
           if (l.windowEnd < firstEnd) firstEnd = l.windowEnd;
-        } else this.forget(l);
+        } else {
+          dropped?.(l);
+          this.forget(l);
+        }
       }
       if (live.length === 0) this.byShard[shard] = undefined;
       else {
