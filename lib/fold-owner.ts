@@ -127,9 +127,10 @@ export class FoldOwner {
   onReports(batch: ReportBatch, queuedAt?: number): OwnerMessage[] {
     if (batch.nodeEpoch.startsWith(FLOAT_PREFIX)) return [];
     const now = this.cfg.clock.now();
-    const age = queuedAt === undefined ? undefined : this.cfg.clock.monotonic() - queuedAt;
+    const mono = this.cfg.clock.monotonic();
+    const age = queuedAt === undefined ? undefined : mono - queuedAt;
     for (const r of batch.reports) {
-      const top = this.topKeys.count(r.keyId);
+      const top = this.topKeys.count(r.keyId, mono);
       const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;

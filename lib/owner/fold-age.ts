@@ -28,9 +28,9 @@ export class TopKeys {
     this.halvedAt = clock.monotonic();
   }
 
-  /** Counts one unit of fold work for `keyId`; returns whether the key is among the top K now. */
-  count(keyId: string): boolean {
-    this.age();
+  /** Counts one unit of fold work for `keyId` at `now` (monotonic ms); returns whether the key is among the top K now. */
+  count(keyId: string, now: number = this.clock.monotonic()): boolean {
+    this.age(now);
     const h = fnv1a32(keyId);
     const i = h & (WIDTH - 1);
     const j = WIDTH + ((h >>> 16) & (WIDTH - 1));
@@ -65,13 +65,12 @@ export class TopKeys {
 
   /** The top K, busiest first, with their estimated work (units, halved every second). */
   list(): Array<{ keyId: string; work: number }> {
-    this.age();
+    this.age(this.clock.monotonic());
     return [...this.top].map(([keyId, work]) => ({ keyId, work })).sort((x, y) => y.work - x.work);
   }
 
   /** Halves every count once per half-life gone by. */
-  private age(): void {
-    const now = this.clock.monotonic();
+  private age(now: number): void {
     const halvings = Math.floor((now - this.halvedAt) / HALF_LIFE_MS);
     if (halvings <= 0) return;
     this.halvedAt += halvings * HALF_LIFE_MS;
