@@ -109,7 +109,7 @@ export class RedisBus implements Bus {
     this.log = log;
     this.router = router;
     const route = (messages: readonly OwnerMessage[]): void => router.route(messages);
-    const reports = new ShardReader(ctx, this.reader, route);
+    const reports = new ShardReader(ctx, this.reader, route, (redisMs) => beats.local(redisMs));
     const takeover = new Takeover(ctx, fence, reports);
     if (opts.fastPath !== false) {
       this.direct = new DirectChannel(
@@ -254,7 +254,7 @@ export class RedisBus implements Bus {
     if (this.closed) return false;
     if (this.reach.serving(batch.shard)) {
       this.owned.get(batch.shard)!.dirty = true;
-      this.router.route(this.owner!.onReports(batch));
+      this.router.route(this.owner!.onReports(batch, this.clock.monotonic()));
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.

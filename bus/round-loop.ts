@@ -174,7 +174,7 @@ export class RoundLoop {
     // node reports every bucket of those shards again, so a new owner with no log learns what is held.
     const changed = fleet.ownersChanged();
     if (changed.size > 0) parts.ownersChanged(changed);
-    parts.beats.replied(redisNow, got);
+    parts.beats.replied(redisNow, got, sent);
     for (const [s, o] of ctx.owned) {
       if (!fleet.mine(s)) ctx.owned.delete(s);
       else if (o.state === 'settling' && got >= o.settleUntil && fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) parts.takeover.readPast(s, o);

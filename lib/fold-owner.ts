@@ -2,6 +2,7 @@ import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './
 import { SKEW_ROUNDS } from './lease-node.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
+import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
 import { committed, held } from './owner/ledger-sums.js';
@@ -41,8 +42,12 @@ export class FoldOwner {
   private readonly issuer: Issuer;
   private readonly floats: Floats;
   readonly stats: FoldOwnerStats = newStats();
+  /** The keys this owner folds the most for lately (`TopKeys`), and the fold ages of its reports. */
+  readonly topKeys: TopKeys;
+  readonly foldAges = new FoldAges();
 
   constructor(private readonly cfg: FoldOwnerConfig) {
+    this.topKeys = new TopKeys(cfg.clock);
     this.ledgers = new LedgerStore(cfg.shardOf);
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
@@ -56,6 +61,7 @@ export class FoldOwner {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
     if (this.ended(windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
+    this.topKeys.count(req.keyId);
     const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
@@ -114,14 +120,21 @@ export class FoldOwner {
     return this.floats.onRecord(g);
   }
 
-  /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
-  onReports(batch: ReportBatch): OwnerMessage[] {
+  /**
+   * Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices.
+   * `queuedAt` (this owner's monotonic clock): when the batch entered the bus, for its fold age.
+   */
+  onReports(batch: ReportBatch, queuedAt?: number): OwnerMessage[] {
     if (batch.nodeEpoch.startsWith(FLOAT_PREFIX)) return [];
     const now = this.cfg.clock.now();
+    const mono = this.cfg.clock.monotonic();
+    const age = queuedAt === undefined ? undefined : mono - queuedAt;
     for (const r of batch.reports) {
+      const top = this.topKeys.count(r.keyId, mono);
       const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;
+      if (age !== undefined) this.foldAges.observe(age, top);
       // A node reporting, in the rounds before a window starts, a key it will ask for there (too
       // rare for a lease): the window gets a float before its first ask, not after it. This owner's
       // own node too: its asks wait for their grant's log write like any other's.

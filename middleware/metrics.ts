@@ -5,6 +5,7 @@ import type { LoopStalls } from '../bus/loop-stall.js';
 import type { LimitEventStats } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
+import { TOP_K } from '../lib/owner/fold-age.js';
 import type { Enforcer } from '../lib/node-contract.js';
 import { Timings, TimingsHistogram } from './timings.js';
 import type { LimiterStats } from './types.js';
@@ -76,6 +77,18 @@ class ProcessMetrics {
         members,
       ),
       new TimingsHistogram('fleet_ratelimit_fast_path_seconds', 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', (m) => m.fastPath, members),
+      new TimingsHistogram(
+        'fleet_ratelimit_report_fold_age_seconds',
+        `As a shard owner: time from a report batch entering the bus to folding each report of it, for the owner's top ${TOP_K} keys by fold work (keys="top") and every other key (keys="other").`,
+        (m) =>
+          m.src.owner === undefined
+            ? []
+            : ([
+                [{ keys: 'top' }, m.src.owner.foldAges.top],
+                [{ keys: 'other' }, m.src.owner.foldAges.other],
+              ] as const),
+        members,
+      ),
     ])
       this.all.set(h.name, h);
     const counter = (name: string, help: string, labelNames: string[], collect: (c: Counter<string>) => void): void => {

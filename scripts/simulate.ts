@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { TOP_K } from '../lib/owner/fold-age.js';
 import { SCENARIOS } from './sim/scenarios.js';
 import { simulate, type SimResult } from './sim/run.js';
 import { runStalls, type StallRun } from './sim/stalls.js';
@@ -151,9 +152,17 @@ function stalls(values: { seeds?: string; json?: boolean; [other: string]: unkno
     const run = runStalls(seed);
     runs.push(run);
     if (values.json)
-      process.stdout.write(`${JSON.stringify({ ...run.result, pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ ...withoutFoldAges(run.result), pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`,
+      );
   }
   if (!values.json) process.stdout.write(renderStalls(runs));
+}
+
+/** A stalls run's result as printed: its fold ages are not among the figures of that run. */
+function withoutFoldAges(r: SimResult): Omit<SimResult, 'foldAgeOtherP99Rounds' | 'foldAgeTopP99Rounds'> {
+  const { foldAgeOtherP99Rounds: _other, foldAgeTopP99Rounds: _top, ...rest } = r;
+  return rest;
 }
 
 function renderStalls(runs: StallRun[]): string {
@@ -225,7 +234,7 @@ function renderSweep(results: CellResult[]): string {
 }
 
 function render(results: SimResult[], nodes: number, seed: number, durationMs: number): string {
-  const head = ['scenario', 'windows', 'offered', 'admitted', 'over %', 'under %', 'fast path %', 'rtt p50/p99 ms', 'max outst.', 'self-grants', 'msgs/node/s'];
+  const head = ['scenario', 'windows', 'offered', 'admitted', 'over %', 'under %', 'fast path %', 'rtt p50/p99 ms', 'fold age p99 other/top', 'max outst.', 'self-grants', 'msgs/node/s'];
   const rows = results.map((r) =>
     [
       r.scenario,
@@ -236,6 +245,7 @@ function render(results: SimResult[], nodes: number, seed: number, durationMs: n
       r.underPct,
       r.fastPathPct,
       `${r.fastPathRttP50Ms ?? '-'}/${r.fastPathRttP99Ms ?? '-'}`,
+      `${r.foldAgeOtherP99Rounds ?? '-'}/${r.foldAgeTopP99Rounds ?? '-'}`,
       r.maxOutstandingRatio,
       r.selfGrants,
       r.messagesPerNodePerSec,
@@ -251,6 +261,7 @@ function render(results: SimResult[], nodes: number, seed: number, durationMs: n
     line(head),
     ...rows.map(line),
     '',
+    `  fold age: p99 rounds from a report batch entering the bus to its owner folding a report of it, for keys outside / among each owner's top ${TOP_K} by fold work`,
     ...notes,
     '',
   ].join('\n');

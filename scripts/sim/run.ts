@@ -49,6 +49,12 @@ export interface SimResult {
   fastPathPct: number;
   fastPathRttP50Ms: number | null;
   fastPathRttP99Ms: number | null;
+  /**
+   * p99 fold age after the warm-up, in rounds: from a report batch entering the bus to its owner
+   * folding each report of it, for the owners' top keys (`TopKeys`) and for every other key.
+   */
+  foldAgeOtherP99Rounds: number | null;
+  foldAgeTopP99Rounds: number | null;
   maxOutstandingRatio: number;
   selfGrants: number;
   messagesPerNodePerSec: number;
@@ -110,8 +116,17 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     reserveRatio: 0.02,
     degradedAfterMs: 30_000,
   });
+  // Fold ages of reports folded after the warm-up, per class of key.
+  const ages = { top: [] as number[], other: [] as number[] };
+  const join = (i: number, epoch: number): Member => {
+    const m = joinFleet(bus, settings(i, epoch), clocks[i]!);
+    m.owner.foldAges.watcher = (ms, top) => {
+      if (clock.now() >= START + WARMUP_MS) (top ? ages.top : ages.other).push(ms / opts.roundMs);
+    };
+    return m;
+  };
   const members: Member[] = [];
-  for (let i = 0; i < opts.nodes; i++) members.push(joinFleet(bus, settings(i, 1), clocks[i]!));
+  for (let i = 0; i < opts.nodes; i++) members.push(join(i, 1));
   const retired: Member[] = [];
 
   // Rounds: every node every T, at its own phase.
@@ -150,16 +165,16 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     });
     queue.at(START + r.atMs + r.downMs, () => {
       retired.push(members[r.node]!);
-      members[r.node] = joinFleet(bus, settings(r.node, 2), clocks[r.node]!);
+      members[r.node] = join(r.node, 2);
       isolated.delete(`n${r.node}`);
       drained.delete(r.node);
     });
   }
 
   // Traffic and accounting.
-  const traffic = scenario.keys(opts.nodes, random);
+  const traffic = scenario.keys(opts.nodes, random, { shards: opts.shards, windowMs: opts.windowMs });
   const limits = compileLimits(traffic, opts.windowMs);
-  const keyIds = traffic.map((_, i) => `v1:sim${String(i).padStart(19, '0')}`);
+  const keyIds = traffic.map((t, i) => t.keyId ?? `v1:sim${String(i).padStart(19, '0')}`);
   const offsets = keyIds.map((k) => phaseOffset(k, opts.windowMs));
   /** Per key and window id: requests offered and admitted, and the boundary self-grants made into it (F4). */
   const counts = traffic.map(() => new Map<number, { offered: number; admitted: number; selfGranted: number }>());
@@ -297,6 +312,15 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   const fastPath = all.reduce((n, m) => n + m.node.stats.fastPath, 0);
   const rtts = [...bus.stats.fastPathRttMs].sort((a, b) => a - b);
   const pct = (x: number): number => Math.round(x * 10_000) / 10_000;
+  const p99 = (xs: number[]): number | null =>
+    xs.length
+      ? pct(
+          quantile(
+            xs.sort((a, b) => a - b),
+            0.99,
+          ),
+        )
+      : null;
   return {
     scenario: scenario.name,
     nodes: opts.nodes,
@@ -313,6 +337,8 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     fastPathPct: pct((100 * (fastPath - fastPathAtWarmup)) / Math.max(1, offered - offeredAtWarmup)),
     fastPathRttP50Ms: rtts.length ? pct(quantile(rtts, 0.5)) : null,
     fastPathRttP99Ms: rtts.length ? pct(quantile(rtts, 0.99)) : null,
+    foldAgeOtherP99Rounds: p99(ages.other),
+    foldAgeTopP99Rounds: p99(ages.top),
     maxOutstandingRatio: pct(maxOutstanding),
     selfGrants: all.reduce((n, m) => n + m.node.stats.selfGrants, 0),
     messagesPerNodePerSec: Math.round(bus.stats.messages / opts.nodes / (opts.durationMs / 1000)),

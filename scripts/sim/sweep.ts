@@ -18,7 +18,7 @@ export interface Cell {
 }
 
 /** What a cell measured (the simulator's figures, one JSON line each with --json). */
-export type CellResult = Cell & Omit<SimResult, 'scenario' | 'nodes' | 'seed' | 'windowMs'>;
+export type CellResult = Cell & Omit<SimResult, 'scenario' | 'nodes' | 'seed' | 'windowMs' | 'foldAgeOtherP99Rounds' | 'foldAgeTopP99Rounds'>;
 
 /** Requests per window a cell offers at most, over all its keys (keeps every cell a few seconds). */
 const REQUESTS_PER_WINDOW = 20_000;
@@ -105,6 +105,8 @@ export function runCell(cell: Cell, tail?: Tail): CellResult {
     nodes: _nodes,
     seed: _seed,
     windowMs: _windowMs,
+    foldAgeOtherP99Rounds: _foldAgeOther,
+    foldAgeTopP99Rounds: _foldAgeTop,
     ...measured
   } = simulate(scenario, {
     nodes: cell.nodes,
