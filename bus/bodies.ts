@@ -153,7 +153,7 @@ function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x:
   };
 }
 
-const reportRec = flagged(
+const reportFlagged = flagged(
   record<Report>([
     ['keyId', str],
     ['windowId', uint],
@@ -171,6 +171,17 @@ const reportRec = flagged(
   ]),
   13,
 );
+/**
+ * A report: its fields, the `fixedShare` flag, then `seen` (requests offered) when known — the flag
+ * written as 0 before it when not set. A release that knows neither reads a leasing report.
+ */
+const reportRec = {
+  encode: (r: Report): unknown[] => (r.seen === undefined ? reportFlagged.encode(r) : [...reportFlagged.encode({ ...r, fixedShare: false }), r.fixedShare === true ? 1 : 0, r.seen]),
+  decode: (v: unknown, p: string): Report => {
+    const r = reportFlagged.decode(v, p);
+    return (v as unknown[]).length > 14 ? { ...r, seen: uint((v as unknown[])[14], `${p}.seen`) } : r;
+  },
+};
 const grantRec = record<Omit<Grant, 'type'>>([
   ['keyId', str],
   ['windowId', uint],

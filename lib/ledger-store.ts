@@ -26,6 +26,8 @@ export interface Lease {
   reported: number;
   grantSeq: number;
   spent: number;
+  /** Requests the node saw on this lease, admitted or not (its reports' `seen`; 0 when never said). */
+  seen: number;
   selfIssued: number;
   released: number;
   seq: number;
@@ -201,6 +203,7 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
     reported: 0,
     grantSeq: 0,
     spent: 0,
+    seen: 0,
     selfIssued: 0,
     released: 0,
     seq: -1,

@@ -95,6 +95,7 @@ export abstract class NodeReports extends NodeDemand {
       demand: this.demandOf(b),
       held: Math.max(0, b.credit),
       selfGrant: b.selfIssued > 0,
+      seen: b.seen,
     };
     return fixed ? { ...r, fixedShare: true } : r;
   }

@@ -84,6 +84,7 @@ export abstract class NodeRound extends NodeAsks {
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
         b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
+        b.seen += b.roundDemand;
         // What it gives back is reported this round, even by a bucket that saw no request. Not right
         // after a request was told to retry in a round: a late answer's credit is kept for the retry.
         // A fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).

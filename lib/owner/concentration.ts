@@ -7,7 +7,8 @@ import type { Ledger } from '../ledger-store.js';
  * between them (the gate: the p95 ratio to uniform within GATE_RATIO → fixed share).
  *
  * Measured by the owner, from what it already folds, when it drops a window's ledger (two rounds after
- * the window ended, its last reports in): per node the requests its leases spent in that window.
+ * the window ended, its last reports in): per node the requests its leases saw in that window (each
+ * report says how many, admitted or not), or spent if that is more.
  * ratio to uniform = fleet size × the busiest node's share of the window's requests: 1 when every node
  * took the same, the fleet size when one node took them all.
  */
@@ -49,8 +50,10 @@ function bucketOf(ratio: number): number {
 
 /**
  * The ratio to uniform of one ended window, or undefined when it is not sampled (fewer than
- * MIN_PER_NODE requests per member). Leases of one node (its epochs, its bucket lives) add up; an
- * owner's floats hold no requests of their own (what moved out of them is spent by nodes' leases).
+ * MIN_PER_NODE requests per member). Requests offered, admitted or not: what a node admitted is
+ * capped by its credit — under a fixed share, at the share, which would make any traffic look even.
+ * Leases of one node (its epochs, its bucket lives) add up; an owner's floats hold no requests of
+ * their own (what moved out of them is spent by nodes' leases).
  */
 export function ratioToUniform(l: Ledger, fleet: number): number | undefined {
   const f = Math.max(1, fleet);
@@ -58,10 +61,12 @@ export function ratioToUniform(l: Ledger, fleet: number): number | undefined {
   let busiest = 0;
   const perNode = new Map<string, number>();
   for (const lease of l.leases) {
-    if (lease.float || lease.spent <= 0) continue;
-    const n = (perNode.get(lease.nodeId) ?? 0) + lease.spent;
+    // Offered: what the node saw, or what it admitted if more (a release that reports no `seen`).
+    const offered = Math.max(lease.seen, lease.spent);
+    if (lease.float || offered <= 0) continue;
+    const n = (perNode.get(lease.nodeId) ?? 0) + offered;
     perNode.set(lease.nodeId, n);
-    total += lease.spent;
+    total += offered;
     if (n > busiest) busiest = n;
   }
   if (total < MIN_PER_NODE * f) return undefined;
@@ -121,8 +126,12 @@ function summarize(histogram: ReadonlyArray<readonly [number, number]>): Concent
 export function mergeConcentration(parts: ReadonlyArray<ConcentrationSummary | undefined>): ConcentrationSummary {
   const byBound = new Map<number, number>();
   for (const p of parts) {
-    for (const entry of p?.histogram ?? []) {
-      const [bound, count] = entry;
+    // Read from what other processes published: anything not shaped as a histogram is skipped.
+    if (!Array.isArray(p?.histogram)) continue;
+    for (const entry of p.histogram) {
+      if (!Array.isArray(entry)) continue;
+      const [bound, count] = entry as unknown[];
+      if (typeof bound !== 'number' || typeof count !== 'number') continue;
       if (Number.isFinite(bound) && Number.isSafeInteger(count) && count > 0) byBound.set(bound, (byBound.get(bound) ?? 0) + count);
     }
   }

@@ -100,6 +100,11 @@ export interface Report {
   readonly selfGrant: boolean;
   /** The window's plan allocates a fixed share per node (`allocation: fixed-share`); absent: leasing. */
   readonly fixedShare?: boolean;
+  /**
+   * Requests the node has seen for this lease in the window, admitted or not, up to its last round
+   * (absent from releases before it was reported: the owner falls back to `spent`).
+   */
+  readonly seen?: number;
 }
 
 /** Everything one node reports for one shard in one round: one bus entry. */

@@ -48,6 +48,14 @@ describe('concentration: per-node-per-key share against uniform', () => {
     expect(ratioToUniform(l, 2)).to.equal(1);
   });
 
+  it('measures requests offered (a report’s seen), not only admitted: a node held to its share still shows', () => {
+    // A fixed share of 1000 over 4 nodes: every node admitted 250 at most, but n0 saw 2500.
+    const l = ledger([250, 250, 250, 250]);
+    l.leases[0]!.seen = 2500;
+    for (const x of l.leases.slice(1)) x.seen = 100; // saw less than admitted: never counted below it
+    expect(ratioToUniform(l, 4)).to.equal((4 * 2500) / (2500 + 3 * 250));
+  });
+
   it('keeps the most recent SAMPLE_CAPACITY windows, in histogram buckets', () => {
     const c = measured(SAMPLE_CAPACITY, 8);
     expect(c.summary()).to.deep.equal({ samples: SAMPLE_CAPACITY, p50: 8, p95: 8, histogram: [[8, SAMPLE_CAPACITY]] });

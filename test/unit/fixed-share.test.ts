@@ -18,11 +18,43 @@ function setup(fleetSize = 4): { owner: FoldOwner; fleet: FixedFleet; clock: Fak
 }
 
 function ask(node: string, need = 1, demand = 1, o: Partial<CreditRequest> = {}): CreditRequest {
-  return { keyId: KEY, windowId: WID, windowMs: W, limit: 100, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need, demand, fastPath: true, fixedShare: true, ...o };
+  return {
+    keyId: KEY,
+    windowId: WID,
+    windowMs: W,
+    limit: 100,
+    nodeId: node,
+    nodeEpoch: `${node}-e1`,
+    lease: 1,
+    spent: 0,
+    selfIssued: 0,
+    released: 0,
+    need,
+    demand,
+    fastPath: true,
+    fixedShare: true,
+    ...o,
+  };
 }
 
 function report(node: string, seq: number, r: Partial<Report> = {}): ReportBatch {
-  const rep: Report = { keyId: KEY, windowId: WID, windowMs: W, limit: 100, lease: 1, seq, spent: 0, issued: 0, selfIssued: 0, released: 0, demand: 4, held: 0, selfGrant: false, fixedShare: true, ...r };
+  const rep: Report = {
+    keyId: KEY,
+    windowId: WID,
+    windowMs: W,
+    limit: 100,
+    lease: 1,
+    seq,
+    spent: 0,
+    issued: 0,
+    selfIssued: 0,
+    released: 0,
+    demand: 4,
+    held: 0,
+    selfGrant: false,
+    fixedShare: true,
+    ...r,
+  };
   return { shard: 0, nodeId: node, nodeEpoch: `${node}-e1`, round: seq, reports: [rep] };
 }
 
@@ -113,7 +145,9 @@ describe('fixed-share allocation: the owner issues each node ⌊allowance / flee
         spent.set(node, (spent.get(node) ?? 0) + Math.min(hold, Math.floor(random() * 5)));
         const s = spent.get(node)!;
         const msgs: Array<OwnerMessage | undefined> =
-          random() < 0.5 ? [owner.onCreditRequest(ask(node, 1, random() * 10, { limit, spent: s, fastPath: random() < 0.7 }))] : owner.onReports(report(node, ++seq, { limit, spent: s, issued: had.get(node) ?? 0, demand: random() * 10 }));
+          random() < 0.5
+            ? [owner.onCreditRequest(ask(node, 1, random() * 10, { limit, spent: s, fastPath: random() < 0.7 }))]
+            : owner.onReports(report(node, ++seq, { limit, spent: s, issued: had.get(node) ?? 0, demand: random() * 10 }));
         for (const m of msgs) if (m?.type === 'grant') had.set(m.nodeId, Math.max(had.get(m.nodeId) ?? 0, m.issued));
         const out = [...had.values()].reduce((a, b) => a + b, 0);
         expect(out, `run ${run} step ${step}`).to.be.at.most(limit);
