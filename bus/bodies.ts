@@ -139,21 +139,49 @@ function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
   };
 }
 
-const reportRec = record<Report>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['limit', uint],
-  ['lease', uint],
-  ['seq', int],
-  ['spent', uint],
-  ['issued', uint],
-  ['selfIssued', uint],
-  ['released', uint],
-  ['demand', num],
-  ['held', num],
-  ['selfGrant', bool],
-]);
+/**
+ * A record followed by a `fixedShare` flag, written only when set: a release that does not know it
+ * reads leasing (demand-sized grants, still within the allowance), and a record without it is leasing.
+ */
+function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x: T) => unknown[]; decode: Reader<T> }, at: number): { encode: (x: T) => unknown[]; decode: Reader<T> } {
+  return {
+    encode: (x) => (x.fixedShare === true ? [...rec.encode(x), 1] : rec.encode(x)),
+    decode: (v, p) => {
+      const x = rec.decode(v, p);
+      return (v as unknown[]).length > at && bool((v as unknown[])[at], `${p}.fixedShare`) ? { ...x, fixedShare: true } : x;
+    },
+  };
+}
+
+const reportFlagged = flagged(
+  record<Report>([
+    ['keyId', str],
+    ['windowId', uint],
+    ['windowMs', posint],
+    ['limit', uint],
+    ['lease', uint],
+    ['seq', int],
+    ['spent', uint],
+    ['issued', uint],
+    ['selfIssued', uint],
+    ['released', uint],
+    ['demand', num],
+    ['held', num],
+    ['selfGrant', bool],
+  ]),
+  13,
+);
+/**
+ * A report: its fields, the `fixedShare` flag, then `seen` (requests offered) when known — the flag
+ * written as 0 before it when not set. A release that knows neither reads a leasing report.
+ */
+const reportRec = {
+  encode: (r: Report): unknown[] => (r.seen === undefined ? reportFlagged.encode(r) : [...reportFlagged.encode({ ...r, fixedShare: false }), r.fixedShare === true ? 1 : 0, r.seen]),
+  decode: (v: unknown, p: string): Report => {
+    const r = reportFlagged.decode(v, p);
+    return (v as unknown[]).length > 14 ? { ...r, seen: uint((v as unknown[])[14], `${p}.seen`) } : r;
+  },
+};
 const grantRec = record<Omit<Grant, 'type'>>([
   ['keyId', str],
   ['windowId', uint],
@@ -178,21 +206,24 @@ const adjustRec = record<Omit<Adjust, 'type'>>([
   ['exhausted', bool],
   ['grantSeq', uint],
 ]);
-const requestRec = record<CreditRequest>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['limit', uint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['lease', uint],
-  ['spent', uint],
-  ['selfIssued', uint],
-  ['released', uint],
-  ['need', uint],
-  ['demand', num],
-  ['fastPath', bool],
-]);
+const requestRec = flagged(
+  record<CreditRequest>([
+    ['keyId', str],
+    ['windowId', uint],
+    ['windowMs', posint],
+    ['limit', uint],
+    ['nodeId', str],
+    ['nodeEpoch', str],
+    ['lease', uint],
+    ['spent', uint],
+    ['selfIssued', uint],
+    ['released', uint],
+    ['need', uint],
+    ['demand', num],
+    ['fastPath', bool],
+  ]),
+  13,
+);
 
 /** A grant's fields, then `floated` when not 0 (a release that does not know it ignores it, and counts more committed). */
 const decodeGrant: Reader<Grant> = (v, p) => {

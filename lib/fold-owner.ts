@@ -1,7 +1,9 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
+import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
+import { FixedShare } from './owner/fixed-share.js';
 import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
@@ -41,6 +43,8 @@ export class FoldOwner {
   private readonly sizing: GrantSizing;
   private readonly issuer: Issuer;
   private readonly floats: Floats;
+  private readonly fixed: FixedShare;
+  private readonly measured = new Concentration();
   readonly stats: FoldOwnerStats = newStats();
   /** The keys this owner folds the most for lately (`TopKeys`), and the fold ages of its reports. */
   readonly topKeys: TopKeys;
@@ -54,6 +58,7 @@ export class FoldOwner {
     this.sizing = new GrantSizing(cfg);
     this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats);
     this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats);
+    this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
   }
 
   /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
@@ -62,11 +67,13 @@ export class FoldOwner {
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
     if (this.ended(windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
     this.topKeys.count(req.keyId);
-    const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
+    const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit, req.fixedShare === true);
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
     if (this.reports.withheld(req.nodeId)) return undefined;
+    // A fixed share: owed share, then the reserve; never a float, a recall or a demand-sized lease.
+    if (ledger.fixed) return this.fixed.ask(ledger, lease, req.need, req.demand, req.fastPath);
     // What the request needs, or its node's demand for the next rounds if more: a node that sees the
     // key rarely gets exactly what it needs, so no credit strands where requests seldom come. What
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
@@ -131,7 +138,7 @@ export class FoldOwner {
     const age = queuedAt === undefined ? undefined : mono - queuedAt;
     for (const r of batch.reports) {
       const top = this.topKeys.count(r.keyId, mono);
-      const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+      const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit, r.fixedShare === true);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;
       if (age !== undefined) this.foldAges.observe(age, top);
@@ -139,11 +146,15 @@ export class FoldOwner {
       // rare for a lease): the window gets a float before its first ask, not after it. This owner's
       // own node too: its asks wait for their grant's log write like any other's.
       const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats.on && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
+      if (this.floats.on && !ledger.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
         this.floats.markWanted(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
-      if (r.demand > 0 && !this.reports.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
+      if (r.demand > 0 && !this.reports.withheld(batch.nodeId)) {
+        if (ledger.fixed) {
+          if (!this.ended(ledger.windowEnd)) this.fixed.topUp(ledger, lease);
+        } else this.topUp(ledger, lease, r);
+      }
       this.issuer.announceRefilled(ledger);
     }
     // Folded only once all of it is (a report that throws leaves the round unfolded).
@@ -206,22 +217,28 @@ export class FoldOwner {
   }
 
   /**
-   * Drops ledgers of windows that ended (`ended`: two rounds ago), and forgets ended self-grant
-   * episodes. `ended` hears of each dropped window: what it admitted fleet-wide (spent, summed over
-   * its leases) against its allowance — the traffic history policy staging judges candidates by.
+   * Drops ledgers of windows that ended (`ended`: two rounds ago), each measured for concentration
+   * first (`lib/owner/concentration.ts`), and forgets ended self-grant episodes. `ended` hears of each
+   * dropped window: what it admitted fleet-wide (spent, summed over its leases) against its allowance
+   * — the traffic history policy staging judges candidates by.
    */
   sweep(nowMs: number, ended?: (keyId: string, windowMs: number, windowEnd: number, admitted: number, allowance: number) => void): void {
+    const fleet = this.cfg.fleet.size();
+    const dropped = (l: Ledger): void => {
+      this.measured.observe(l, fleet);
+      if (ended === undefined) return;
+      let admitted = 0;
+      for (const lease of l.leases) admitted += lease.spent;
+      ended(l.keyId, l.windowMs, l.windowEnd, admitted, l.allowance);
+    };
     // `ended`, as the store counts it: the window's end at or before this.
-    const dropped =
-      ended === undefined
-        ? undefined
-        : (l: Ledger): void => {
-            let admitted = 0;
-            for (const lease of l.leases) admitted += lease.spent;
-            ended(l.keyId, l.windowMs, l.windowEnd, admitted, l.allowance);
-          };
     this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, dropped);
     this.reports.sweep();
+  }
+
+  /** Per-node-per-key concentration of the windows this owner swept lately: the ratio to uniform. */
+  concentration(): ConcentrationSummary {
+    return this.measured.summary();
   }
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */

@@ -213,6 +213,18 @@ class ProcessMetrics {
           g.set({ node, kind: 'allowance' }, t.allowance);
         }),
     );
+    const concentration = (src: MetricSources) => src.owner?.concentration();
+    gauge('fleet_ratelimit_concentration_ratio', 'As a shard owner: ratio to uniform (fleet × busiest node’s share of a key window) of windows swept lately, p50 and p95.', ['quantile'], (g) =>
+      each((src, node) => {
+        const c = concentration(src);
+        if (c?.p50 == null || c.p95 == null) return;
+        g.set({ node, quantile: '0.5' }, c.p50);
+        g.set({ node, quantile: '0.95' }, c.p95);
+      }),
+    );
+    gauge('fleet_ratelimit_concentration_windows', 'As a shard owner: key windows its concentration figures are measured over.', [], (g) =>
+      each((src, node) => g.set({ node }, concentration(src)?.samples ?? 0)),
+    );
     gauge('fleet_ratelimit_buckets', 'Buckets held by this node (one per key and window length).', [], (g) => each((src, node) => g.set({ node }, src.node.buckets.size)));
     gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus?.fleetSize() ?? 1)));
   }

@@ -111,6 +111,7 @@ export class Runtime {
       eventsDropped: this.events?.dropped ?? 0,
       release: RELEASE,
       schemaVersion: SCHEMA_VERSION,
+      ...(this.owner === undefined ? {} : { concentration: this.owner.concentration() }),
     };
   }
 

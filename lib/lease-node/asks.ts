@@ -100,6 +100,7 @@ export abstract class NodeAsks extends NodeMessages {
         need: cost - b.credit,
         demand: this.demandOf(b),
         fastPath: true,
+        ...(subject.limits.fixedShare ? { fixedShare: true } : {}),
       });
     }
     if (requests.length === 0) return this.deny(subject, cost, 'refused');

@@ -37,6 +37,7 @@ export class NodeReports {
     // owner's, or one from before the ledger was swept) is still committed.
     lease.issued = Math.max(lease.issued, r.issued);
     lease.reported = Math.max(lease.reported, r.issued);
+    if (r.seen !== undefined) lease.seen = Math.max(lease.seen, r.seen);
     this.absorb(nodeId, lease, r, r.selfGrant);
     lease.demand = r.demand;
     this.stats.reportsMerged++;
