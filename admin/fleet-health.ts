@@ -102,7 +102,8 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
     const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as StoredNodeStatus);
     // A status from an earlier process of the same node id is not this one's.
     const current = st !== undefined && st.nodeEpoch === epochs[id] ? st : undefined;
-    nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: now - Number(members[i + 1]), status: current ?? null });
+    // Redis's TIME is read before the members: a round in between is "just now", not in the future.
+    nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: Math.max(0, now - Number(members[i + 1])), status: current ?? null });
   }
   let committed = 0;
   let allowance = 0;
