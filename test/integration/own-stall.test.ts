@@ -1,5 +1,7 @@
 import { expect } from 'chai';
-import { fleetSuite, limits, placeOf, until, type Member } from '../support/redis-members.js';
+import type { FleetTable } from '../../bus/fleet-table.js';
+import { rejoining } from '../../lib/membership.js';
+import { fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
 
 /** Keeps this process's event loop busy for `ms`, as a long GC pause or a starved CPU would. */
 function stall(ms: number): void {
@@ -43,5 +45,44 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     // Within the pause (the loop running all along), b falls silent: over four rounds without a reply.
     await until(() => a.node.silenceMs(shardOfB) > 100, 'b to count as silent while Redis is paused', 500);
     await until(() => a.node.silenceMs(shardOfB) === 0, 'contact again once Redis is back');
+  });
+
+  it('after a stall of its own process, the owner does not withhold grants from its own node (L5 is for other members)', async function () {
+    const a = ctx.join('solo');
+    await a.bus.ready();
+    await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
+    const fleet = (a.bus as unknown as { fleet: FleetTable }).fleet;
+    const me = fleet.members.get('solo')!;
+    const before = me.rejoinedAt;
+    // Six rounds without a heartbeat: by Redis's clock this member was silent, and its next check-in
+    // is a return (`lib/membership.ts`: `seen`), which L5 withholds grants from for a round.
+    stall(150);
+    const limit = 1000;
+    const keyId = 'v1:ownstall'.padEnd(25, 'k');
+    const { windowId } = placeOf(keyId);
+    for (let i = 0; i < 5000 && me.rejoinedAt === before; i++) await new Promise((r) => setImmediate(r));
+    const now = performance.now();
+    expect(me.rejoinedAt, 'the check-in after the stall counts as a return').to.be.above(before);
+    // The return is withheld for one round after it was taken in: looked at later, there is nothing to see.
+    if (!rejoining(me, now, ROUND_MS) || !a.bus.ownedShards().length) this.skip();
+    const withheld = a.owner.stats.withheld;
+    expect(a.bus.fleetView().rejoining('solo'), 'its own node is not withheld').to.equal(false);
+    const g = a.owner.onCreditRequest({
+      keyId,
+      windowId,
+      windowMs: 60_000,
+      limit,
+      nodeId: 'solo',
+      nodeEpoch: a.nodeEpoch,
+      lease: 1,
+      spent: 0,
+      selfIssued: 0,
+      released: 0,
+      need: 1,
+      demand: 1,
+      fastPath: true,
+    });
+    expect(a.owner.stats.withheld, 'grants withheld').to.equal(withheld);
+    expect(g?.issued ?? 0, 'credit for its own node').to.be.at.least(1);
   });
 });
