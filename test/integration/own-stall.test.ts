@@ -85,4 +85,22 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     expect(a.owner.stats.withheld, 'grants withheld').to.equal(withheld);
     expect(g?.issued ?? 0, 'credit for its own node').to.be.at.least(1);
   });
+
+  it('right after a 150 ms stall its own shards still count as reachable: the node asks instead of refusing', async () => {
+    const a = ctx.join('solo');
+    await a.bus.ready();
+    await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
+    const key = 'v1:ownask'.padEnd(25, 'k');
+    const shard = placeOf(key).shard;
+    await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
+    const asks = a.node.stats.fastPath;
+    // Three rounds without a round reply on the full time: the owner side does not serve until the
+    // next one (it must learn of members that joined meanwhile), yet Redis and the shard's lease were
+    // fine all along — the node's own stall is not its owner's silence.
+    stall(150);
+    expect(a.node.silenceMs(shard), 'silence of its own shard right after the stall').to.equal(0);
+    const decided = a.node.acquire(key, limits(100));
+    expect(a.node.stats.fastPath, 'it asked its owner side instead of refusing for want of contact').to.equal(asks + 1);
+    await decided;
+  });
 });
