@@ -166,7 +166,7 @@ export class RedisBus implements Bus {
       // L5 is for members this owner hears from through Redis. Its own node it hears in process: that
       // node's silence was this very process's stall, and its self-grants reach the owner side the
       // moment they are made (held back until their batch is folded), so there is nothing to wait for.
-      rejoining: (nodeId) => nodeId !== this.identity?.nodeId && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
+      rejoining: (nodeId, nodeEpoch) => !(nodeId === this.identity?.nodeId && nodeEpoch === this.identity.nodeEpoch) && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
 

@@ -60,7 +60,7 @@ export class FoldOwner {
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
-    if (this.reports.withheld(req.nodeId)) return undefined;
+    if (this.reports.withheld(req.nodeId, req.nodeEpoch)) return undefined;
     // What the request needs, or its node's demand for the next rounds if more: a node that sees the
     // key rarely gets exactly what it needs, so no credit strands where requests seldom come. What
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
@@ -130,7 +130,7 @@ export class FoldOwner {
         this.floats.markWanted(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
-      if (r.demand > 0 && !this.reports.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
+      if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) this.topUp(ledger, lease, r);
       this.issuer.announceRefilled(ledger);
     }
     // Folded only once all of it is (a report that throws leaves the round unfolded).

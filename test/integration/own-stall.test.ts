@@ -66,7 +66,8 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     // The return is withheld for one round after it was taken in: looked at later, there is nothing to see.
     if (!rejoining(me, now, ROUND_MS) || !a.bus.ownedShards().length) this.skip();
     const withheld = a.owner.stats.withheld;
-    expect(a.bus.fleetView().rejoining('solo'), 'its own node is not withheld').to.equal(false);
+    expect(a.bus.fleetView().rejoining('solo', a.nodeEpoch), 'its own node is not withheld').to.equal(false);
+    expect(a.bus.fleetView().rejoining('solo', 'another-process'), 'another process under its name still is').to.equal(true);
     const g = a.owner.onCreditRequest({
       keyId,
       windowId,
