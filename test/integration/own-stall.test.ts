@@ -104,4 +104,27 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     expect(a.node.stats.fastPath, 'it asked its owner side instead of refusing for want of contact').to.equal(asks + 1);
     await decided;
   });
+
+  it('an ask waiting for the round reply gets nothing while its owner side does not serve, and its credit once it does', async () => {
+    const a = ctx.join('solo');
+    await a.bus.ready();
+    await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
+    const key = 'v1:ownwait'.padEnd(25, 'k');
+    const shard = placeOf(key).shard;
+    await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
+    // No rounds: the reply the ask waits for does not come while they are stopped.
+    a.rounds(false);
+    const loop = (a.bus as unknown as { rounds: { busy: boolean } }).rounds;
+    await until(() => !loop.busy, 'the round in flight, if any, to be back');
+    const grants = a.owner.stats.grants;
+    stall(150);
+    const decided = await a.node.acquire(key, limits(100));
+    expect(decided.admitted, 'refused at the deadline: its owner side was not serving').to.equal(false);
+    expect(a.owner.stats.grants, 'nothing issued while not serving').to.equal(grants);
+    a.rounds(true);
+    // The next round reply lets the owner side serve again: the waiting ask is answered then, late,
+    // and its credit is kept for the next request.
+    await until(() => (a.node.buckets.peek(key)?.buckets[0]?.credit ?? 0) > 0, 'the late answer to land as credit');
+    expect(a.owner.stats.grants, 'issued once serving').to.be.above(grants);
+  });
 });
