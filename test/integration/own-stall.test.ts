@@ -1,5 +1,8 @@
 import { expect } from 'chai';
 import type { FleetTable } from '../../bus/fleet-table.js';
+import { parseOwnerEntry } from '../../bus/keys.js';
+import type { RoundReply } from '../../bus/scripts.js';
+import type { ShardReach } from '../../bus/shard-reach.js';
 import { rejoining } from '../../lib/membership.js';
 import { fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, type Member } from '../support/redis-members.js';
 
@@ -126,5 +129,55 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     // and its credit is kept for the next request.
     await until(() => (a.node.buckets.peek(key)?.buckets[0]?.credit ?? 0) > 0, 'the late answer to land as credit');
     expect(a.owner.stats.grants, 'issued once serving').to.be.above(grants);
+  });
+
+  it('a stall between Redis running the round and the reply being taken in: nothing for the waiting ask, and the shard out of reach', async () => {
+    const a = ctx.join('solo');
+    await a.bus.ready();
+    await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
+    const key = 'v1:ownlate'.padEnd(25, 'k');
+    const shard = placeOf(key).shard;
+    await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
+    const bus = a.bus as unknown as {
+      rounds: { busy: boolean; applyRound(sent: number, reply: RoundReply): void };
+      asks: { awaiting: unknown[] };
+      reach: ShardReach;
+      fleet: FleetTable;
+    };
+    const loop = bus.rounds;
+    a.rounds(false);
+    await until(() => !loop.busy, 'the round in flight, if any, to be back');
+    stall(150);
+    const grants = a.owner.stats.grants;
+    const decided = a.node.acquire(key, limits(100));
+    expect(bus.asks.awaiting.length, 'the ask waits for the round reply').to.equal(1);
+    let seen: { sent: number; leaseMs: number; expiresAt: number; serving: boolean; awaits: boolean; tableExpiresAt: number } | undefined;
+    const apply = loop.applyRound.bind(loop);
+    loop.applyRound = (sent, reply) => {
+      loop.applyRound = apply;
+      const [redisNow, , flatOwners] = reply;
+      let expiresAt = 0;
+      for (let i = 0; i + 1 < flatOwners.length; i += 2) if (Number(flatOwners[i]) === shard) expiresAt = parseOwnerEntry(flatOwners[i + 1]!).expiresAt;
+      // The process stops after Redis ran the round (renewing the lease) and before the reply is
+      // taken in: past the lease Redis applied, counted from the script.
+      stall(270);
+      apply(sent, reply);
+      const leaseMs = expiresAt - Number(redisNow);
+      seen = { sent, leaseMs, expiresAt, serving: bus.reach.serving(shard), awaits: bus.reach.awaitsRound(shard), tableExpiresAt: bus.fleet.table[shard]!.expiresAt };
+    };
+    a.rounds(true);
+    await decided;
+    await until(() => seen !== undefined, 'the reply to be taken in');
+    // The waiting ask was settled right after the reply was taken in (the same turn of the loop).
+    expect(bus.asks.awaiting.length, 'settled').to.equal(0);
+    const [sec, usec] = await ctx.raw.time();
+    const redisMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+    expect(redisMs, 'the lease has lapsed in Redis').to.be.above(seen!.expiresAt);
+    expect(seen!.serving, 'the owner side does not serve').to.equal(false);
+    expect(a.owner.stats.grants, 'nothing issued to the waiting ask by an owner side that does not serve').to.equal(grants);
+    // Node side: the table entry's lease is counted from when the round was sent, as Redis's clock
+    // saw it at the latest, so the shard is not in reach past the lease Redis applied.
+    expect(seen!.tableExpiresAt, 'the entry lapses no later than the lease Redis applied').to.be.at.most(seen!.sent + seen!.leaseMs);
+    expect(seen!.awaits, 'not awaiting the round past the lease').to.equal(false);
   });
 });
