@@ -104,8 +104,9 @@ export class CreditAsks {
         continue;
       }
       if (parts.reach.awaitsRound(shard)) {
-        // Ours, and served again once the round reply this loop's own stall held up is in: the ask
-        // waits for it (within the deadline, as for an owner elsewhere) instead of being refused.
+        // Ours, and served again once the round reply this loop's own stall held up is in: the ask is
+        // answered then, if the owner side serves; past the deadline the request is still refused,
+        // and the late answer is kept as credit for the next one.
         unrecorded.push(new Promise<readonly Grant[]>((settle) => this.awaiting.push({ request: r, settle })));
         continue;
       }

@@ -148,7 +148,8 @@ export class RedisBus implements Bus {
       heartbeat: (beat) => this.rounds.beat(beat),
       selfGranted: (shard, round) => this.fleet.ownSelfGrants.set(shard, round),
       reachable: (shard) => this.reach.reachable(shard),
-      local: (shard) => this.fleet.mine(shard) && this.reach.serving(shard),
+      // Its own shards while it serves them, or will once the round reply is in (`awaitsRound`).
+      local: (shard) => this.fleet.mine(shard) && this.reach.reachable(shard),
       fleetSize: () => (this.fleet.hadTable ? this.fleet.size() : Number.MAX_SAFE_INTEGER),
     };
   }

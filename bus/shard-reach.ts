@@ -57,7 +57,8 @@ export class ShardReach {
    * Node side: whether this node owns `shard` (its ledgers rebuilt, the table's lease current) and
    * does not serve it only because its last round reply is three rounds old on the full time — a
    * stall of its own, not Redis's silence: the owner side serves again once the next reply is in.
-   * Its node's asks there wait for that reply (`CreditAsks`), within their deadline.
+   * Its node's asks there are not remote ones (`local`); one that misses its deadline is still
+   * refused, and answered once that reply is in if the owner side serves then (`CreditAsks`).
    */
   awaitsRound(shard: number): boolean {
     const o = this.owned.get(shard);

@@ -121,9 +121,17 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     await until(() => !loop.busy, 'the round in flight, if any, to be back');
     const grants = a.owner.stats.grants;
     stall(150);
+    const node = a.node as unknown as { missed256: number };
+    const missed = node.missed256;
     const decided = await a.node.acquire(key, limits(100));
     expect(decided.admitted, 'refused at the deadline: its owner side was not serving').to.equal(false);
     expect(a.owner.stats.grants, 'nothing issued while not serving').to.equal(grants);
+    // Its own owner side, not the network, missed: no hedging, and no once-a-round block on asking it.
+    expect(node.missed256, 'not counted as a missed remote ask').to.equal(missed);
+    const asks = a.node.stats.fastPath;
+    expect((await a.node.acquire(key, limits(100))).admitted, 'still refused at the deadline').to.equal(false);
+    expect(a.node.stats.fastPath, 'asked again in the same round').to.equal(asks + 1);
+    expect(a.owner.stats.grants, 'still nothing issued').to.equal(grants);
     a.rounds(true);
     // The next round reply lets the owner side serve again: the waiting ask is answered then, late,
     // and its credit is kept for the next request.
