@@ -188,4 +188,48 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     expect(seen!.tableExpiresAt, 'the entry lapses no later than the lease Redis applied').to.be.at.most(seen!.sent + seen!.leaseMs);
     expect(seen!.awaits, 'not awaiting the round past the lease').to.equal(false);
   });
+
+  /** A member that owns every shard, serving the shard of `key`; its reach as the bus sees it. */
+  const solo = async (key: string): Promise<{ a: Member; shard: number; reach: ShardReach; awaiting: () => number }> => {
+    const a = ctx.join('solo');
+    await a.bus.ready();
+    await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
+    const shard = placeOf(key).shard;
+    await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
+    const bus = a.bus as unknown as { reach: ShardReach; asks: { awaiting: unknown[] } };
+    return { a, shard, reach: bus.reach, awaiting: () => bus.asks.awaiting.length };
+  };
+
+  it('a stall longer than the lease: its own shard is out of reach, and an ask there does not wait', async () => {
+    const key = 'v1:ownlong'.padEnd(25, 'k');
+    const { a, shard, reach, awaiting } = await solo(key);
+    a.rounds(false);
+    const loop = (a.bus as unknown as { rounds: { busy: boolean } }).rounds;
+    await until(() => !loop.busy, 'the round in flight, if any, to be back');
+    // Past LEASE_ROUNDS (ten rounds) since the last round was sent: the lease may have lapsed in Redis.
+    stall(300);
+    expect(reach.serving(shard), 'not serving').to.equal(false);
+    expect(reach.awaitsRound(shard), 'not awaiting the round past the lease').to.equal(false);
+    expect(reach.reachable(shard), 'out of reach').to.equal(false);
+    const decided = await a.node.acquire(key, limits(100));
+    expect(decided.admitted, 'refused').to.equal(false);
+    expect(awaiting(), 'no ask waits for the round').to.equal(0);
+    a.rounds(true);
+  });
+
+  it('Redis paused past REACH_ROUNDS with the loop running: its own shard no longer awaits the round', async function () {
+    if (ctx.redis.external) this.skip(); // pauses the server
+    const key = 'v1:ownpause'.padEnd(25, 'k');
+    const { a, shard, reach } = await solo(key);
+    const table = (a.bus as unknown as { fleet: FleetTable }).fleet.table;
+    await ctx.raw.call('CLIENT', 'PAUSE', '600', 'ALL');
+    // The loop runs all along: three rounds of running time without a reply is Redis's silence.
+    await until(() => !reach.inTouch(), 'out of touch while Redis is paused', 500);
+    // Looked at before the table's lease lapses (ten rounds), so that contact alone decides.
+    if (performance.now() >= table[shard]!.expiresAt) this.skip();
+    expect(reach.serving(shard), 'not serving').to.equal(false);
+    expect(reach.awaitsRound(shard), 'not awaiting the round').to.equal(false);
+    expect(reach.reachable(shard), 'out of reach').to.equal(false);
+    await until(() => reach.serving(shard), 'serving again once Redis is back');
+  });
 });
