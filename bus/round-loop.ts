@@ -119,6 +119,8 @@ export class RoundLoop {
       .finally(() => {
         this.busy = false;
         for (const s of released) this.releasing.delete(s);
+        // The node's asks on shards it owns that waited for this reply (a stall of our own).
+        parts.asks.roundSettled();
       });
     parts.log.snapshots(mono);
     this.refillFloats();

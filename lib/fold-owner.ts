@@ -71,7 +71,7 @@ export class FoldOwner {
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
-    if (this.reports.withheld(req.nodeId)) return undefined;
+    if (this.reports.withheld(req.nodeId, req.nodeEpoch)) return undefined;
     // A fixed share: owed share, then the reserve; never a float, a recall or a demand-sized lease.
     if (ledger.fixed) return this.fixed.ask(ledger, lease, req.need, req.demand, req.fastPath);
     // What the request needs, or its node's demand for the next rounds if more: a node that sees the
@@ -150,7 +150,7 @@ export class FoldOwner {
         this.floats.markWanted(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
-      if (r.demand > 0 && !this.reports.withheld(batch.nodeId)) {
+      if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
         if (ledger.fixed) {
           if (!this.ended(ledger.windowEnd)) this.fixed.topUp(ledger, lease);
         } else this.topUp(ledger, lease, r);
