@@ -10,6 +10,7 @@ export {
   CompiledPolicy,
   type PolicyDoc,
   type PlanDef,
+  type Allocation,
   type WindowDef,
   type WindowSpec,
   type TenantDef,
@@ -18,7 +19,7 @@ export {
   type CapacityDef,
   type ResolvedLimits,
 } from './lib/policy.js';
-export { definePolicy, type PolicyInput, type RouteClassInput } from './lib/define-policy.js';
+export { definePolicy, type PolicyInput, type PlanInput, type RouteClassInput } from './lib/define-policy.js';
 export { KeyHasher, type HashKeyVersion } from './lib/key-id.js';
 export { Catalog, PROBLEM_QUOTA_EXCEEDED, PROBLEM_REDUCED_CAPACITY, type CatalogEntry, type ProblemBody } from './lib/catalog.js';
 export type { SubSecondMode, RetryHeaders } from './lib/retry-after.js';

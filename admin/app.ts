@@ -6,6 +6,7 @@ import { AdminContext, problem, type AdminOptions } from './context.js';
 import { healthRouter } from './health-route.js';
 import { operationsRouter } from './operations-routes.js';
 import { policyRouter } from './policy-routes.js';
+import { stageRouter } from './stage-routes.js';
 import { uiRouter } from './ui-route.js';
 
 export type { AdminOptions } from './context.js';
@@ -51,7 +52,7 @@ export function createAdminApp(o: AdminOptions): Express {
   app.use(express.json({ limit: '1mb' }));
 
   const ctx = new AdminContext(o);
-  app.use('/admin/v1', policyRouter(ctx), healthRouter(ctx), operationsRouter(ctx));
+  app.use('/admin/v1', policyRouter(ctx), stageRouter(ctx, o.stageHours), healthRouter(ctx), operationsRouter(ctx));
   app.use('/admin', uiRouter(ctx));
   app.use((_req, res) => problem(res, 404, 'NOT_FOUND', 'No such endpoint'));
   // Errors before a route answers (reading the body, before authentication) as problems, never an

@@ -29,6 +29,8 @@ export interface AdminOptions {
   readonly queue?: Queue;
   /** Limit events, for subject access and erasure. */
   readonly events?: EventLog;
+  /** Hours of traffic history a staged policy is judged over by default (720: 30 days). */
+  readonly stageHours?: number;
 }
 
 export type Role = 'admin' | 'break-glass';

@@ -1,4 +1,5 @@
 import { KeySchema, parseOwnerEntry, type StoredNodeStatus } from '../bus/keys.js';
+import { gateVerdict, GATE_RATIO, mergeConcentration, MIN_SAMPLES, type ConcentrationSummary, type GateVerdict } from '../lib/owner/concentration.js';
 import { StoreRecordError } from '../bus/store-signature.js';
 import type { AdminOptions } from './context.js';
 
@@ -22,6 +23,16 @@ export interface ShardHealth {
   leaseMsLeft: number;
 }
 
+/**
+ * Per-node-per-key concentration over the fleet: every owner's samples merged, and the gate's verdict
+ * (`lib/owner/concentration.ts`): `fixed-share` when the p95 ratio to uniform is within `gateRatio`.
+ */
+export interface FleetConcentration extends ConcentrationSummary {
+  verdict: GateVerdict;
+  gateRatio: number;
+  minSamples: number;
+}
+
 /** The answer to "is every node enforcing the right limits right now", and what it is made of. */
 export interface FleetHealth {
   at: number;
@@ -36,6 +47,8 @@ export interface FleetHealth {
   /** The releases the nodes run, each with its bus schema version and nodes; more than one schema is not ok. */
   releases: Array<{ release: string; schemaVersion: number; nodes: string[] }>;
   leases: { committed: number; allowance: number };
+  /** How unevenly keys' traffic falls on the nodes, as the owners measured it: informs, never fails `ok`. */
+  concentration: FleetConcentration;
   nodes: NodeHealth[];
   shards: ShardHealth[];
   unownedShards: number[];
@@ -89,7 +102,8 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
     const st = statuses[id] === undefined ? undefined : (JSON.parse(statuses[id]!) as StoredNodeStatus);
     // A status from an earlier process of the same node id is not this one's.
     const current = st !== undefined && st.nodeEpoch === epochs[id] ? st : undefined;
-    nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: now - Number(members[i + 1]), status: current ?? null });
+    // Redis's TIME is read before the members: a round in between is "just now", not in the future.
+    nodes.push({ node: id, nodeEpoch: epochs[id] ?? null, lastRoundMsAgo: Math.max(0, now - Number(members[i + 1])), status: current ?? null });
   }
   let committed = 0;
   let allowance = 0;
@@ -107,6 +121,7 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
   const stalePolicy = nodes.filter((x) => policyOk && x.status !== null && x.status.policyVersion !== policy.version).map((x) => x.node);
   const enforcing = !('refused' in sw) && sw.enforce;
   const releases = releasesOf(nodes);
+  const merged = mergeConcentration(nodes.map((x) => x.status?.concentration));
   const health = {
     at: now,
     enforcing,
@@ -116,6 +131,7 @@ export async function readFleetHealth(o: Pick<AdminOptions, 'redis' | 'prefix' |
     nodesOnAnotherPolicy: stalePolicy,
     releases,
     leases: { committed, allowance },
+    concentration: { ...merged, verdict: gateVerdict(merged), gateRatio: GATE_RATIO, minSamples: MIN_SAMPLES },
     nodes,
     shards,
     unownedShards: shards.filter((s) => s.owner === null || s.leaseMsLeft === 0).map((s) => s.shard),

@@ -2,6 +2,7 @@ import { Queue, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import { EventLog } from '../bus/events.js';
 import { consumerName, GROUP, KeySchema, parseOwnerEntry } from '../bus/keys.js';
+import { trimHistory } from '../bus/traffic-history.js';
 import type { AuditWriter } from '../bus/policy-store.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
@@ -16,6 +17,8 @@ export const REPORTS_MAX_AGE_MS = 86_400_000 + 60_000;
 /** J2: limit events are kept 30 days, the audit trail 13 months. */
 export const EVENTS_RETENTION_MS = 30 * 86_400_000;
 export const AUDIT_RETENTION_MS = 395 * 86_400_000;
+/** The traffic history policy staging judges candidates by: 30 days unless configured. */
+export const HISTORY_RETENTION_MS = 30 * 86_400_000;
 
 export interface ReapResult {
   deadConsumers: number;
@@ -28,6 +31,8 @@ export interface ReapResult {
 export interface RetentionResult {
   eventsDeleted: number;
   auditDeleted: number;
+  /** Hours of traffic history deleted. */
+  historyHoursDeleted: number;
 }
 
 /**
@@ -85,15 +90,25 @@ export async function reap(redis: Client, prefix: string, shards: number, now: n
 }
 
 /**
- * J2, retention: limit events older than 30 days and audit entries older than 13 months are deleted;
- * a run that deleted anything is itself audited. Idempotent: trimming by age twice deletes nothing more.
+ * J2, retention: limit events older than 30 days, audit entries older than 13 months and hours of
+ * traffic history older than `historyRetentionMs` (30 days) are deleted; a run that deleted anything
+ * is itself audited. Idempotent: trimming by age twice deletes nothing more.
  */
-export async function retention(redis: Client, store: AuditWriter, prefix: string, now: number): Promise<RetentionResult> {
+export async function retention(redis: Client, store: AuditWriter, prefix: string, now: number, { historyRetentionMs = HISTORY_RETENTION_MS } = {}): Promise<RetentionResult> {
   const eventsDeleted = await new EventLog(redis, prefix).trimBefore(now - EVENTS_RETENTION_MS);
   const auditDeleted = Number(await redis.call('XTRIM', `${prefix}:{pol}:audit`, 'MINID', String(Math.max(0, now - AUDIT_RETENTION_MS))));
-  if (eventsDeleted + auditDeleted > 0)
-    await store.audit('retention-job', 'retention', 'events, audit', 'scheduled retention (30 days, 13 months)', `${eventsDeleted} events, ${auditDeleted} audit entries deleted`);
-  return { eventsDeleted, auditDeleted };
+  const historyHoursDeleted = await trimHistory(redis, prefix, now - historyRetentionMs);
+  if (eventsDeleted + auditDeleted + historyHoursDeleted > 0) {
+    const days = Math.round((historyRetentionMs / 86_400_000) * 100) / 100;
+    await store.audit(
+      'retention-job',
+      'retention',
+      'events, audit, traffic history',
+      `scheduled retention (30 days, 13 months, ${days} days)`,
+      `${eventsDeleted} events, ${auditDeleted} audit entries, ${historyHoursDeleted} hours of traffic history deleted`,
+    );
+  }
+  return { eventsDeleted, auditDeleted, historyHoursDeleted };
 }
 
 /** The maintenance queue's name under a prefix. */
@@ -120,6 +135,8 @@ export async function startWorker(o: {
   prefix: string;
   shards: number;
   now?: () => number;
+  /** How long the traffic history is kept (30 days). */
+  historyRetentionMs?: number;
 }): Promise<{ worker: Worker; queue: Queue }> {
   const now = o.now ?? Date.now;
   const queue = maintenanceQueue(o.connection, o.prefix);
@@ -129,7 +146,7 @@ export async function startWorker(o: {
     queueName(o.prefix),
     async (job: Job) => {
       if (job.name === 'reap') return reap(o.redis, o.prefix, o.shards, now());
-      if (job.name === 'retention') return retention(o.redis, o.store, o.prefix, now());
+      if (job.name === 'retention') return retention(o.redis, o.store, o.prefix, now(), o.historyRetentionMs === undefined ? {} : { historyRetentionMs: o.historyRetentionMs });
       throw new RateLimiterError(ErrorCode.REQUEST, `unknown job "${job.name}"`);
     },
     { connection: o.connection, prefix: BULL_PREFIX, concurrency: 1 },

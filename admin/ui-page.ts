@@ -1,3 +1,4 @@
+import type { ConcentrationSummary, GateVerdict } from '../lib/owner/concentration.js';
 import type { FleetHealth, NodeHealth } from './fleet-health.js';
 
 /** How often the page reloads itself, seconds. */
@@ -60,14 +61,26 @@ function cell(text: string | number, bad = false): string {
   return `<td${bad ? ' class="bad"' : ''}>${escapeHtml(String(text))}</td>`;
 }
 
+/** p50 / p95 ratio to uniform and the key windows measured; '-' with none. */
+function concentrationText(c: ConcentrationSummary | undefined): string {
+  return c === undefined || c.samples === 0 ? '-' : `${c.p50 ?? '-'} / ${c.p95 ?? '-'} (${c.samples})`;
+}
+
+/** What the fleet's concentration says of the leasing protocol, in words. */
+const GATE_WORDS: Readonly<Record<GateVerdict, string>> = {
+  leasing: 'traffic is concentrated: leasing is needed',
+  'fixed-share': 'traffic is evenly spread: a fixed share per node would do',
+  insufficient: 'too few busy key windows measured yet',
+};
+
 /** One row of the nodes table. */
 function nodeRow(n: NodeHealth, h: FleetHealth): string {
   const s = n.status;
-  if (s === null) return `<tr>${cell(n.node)}<td class="bad" colspan="9">no status from this process yet</td>${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
+  if (s === null) return `<tr>${cell(n.node)}<td class="bad" colspan="10">no status from this process yet</td>${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
   const policyBad = h.policyVersion !== null && s.policyVersion !== h.policyVersion;
   const leases = s.leases.allowance > 0 ? `${s.leases.committed} / ${s.leases.allowance} (${((100 * s.leases.committed) / s.leases.allowance).toFixed(1)} %)` : `${s.leases.committed} / 0`;
   const schemaBad = h.releases.length > 0 && (s.schemaVersion ?? 1) !== h.releases[0]!.schemaVersion;
-  return `<tr>${cell(n.node)}${cell(`${s.release ?? 'unknown'} (schema ${s.schemaVersion ?? 1})`, schemaBad)}${cell(s.policyVersion, policyBad)}${cell(s.enforcing ? 'yes' : 'no', !s.enforcing)}${cell(s.degraded ? 'yes' : 'no', s.degraded)}${cell(`${Math.round(s.foldAgeMs)} ms`)}${cell(s.ownedShards)}${cell(leases)}${cell(s.buckets)}${cell(s.eventsDropped, s.eventsDropped > 0)}${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
+  return `<tr>${cell(n.node)}${cell(`${s.release ?? 'unknown'} (schema ${s.schemaVersion ?? 1})`, schemaBad)}${cell(s.policyVersion, policyBad)}${cell(s.enforcing ? 'yes' : 'no', !s.enforcing)}${cell(s.degraded ? 'yes' : 'no', s.degraded)}${cell(`${Math.round(s.foldAgeMs)} ms`)}${cell(s.ownedShards)}${cell(leases)}${cell(s.buckets)}${cell(concentrationText(s.concentration))}${cell(s.eventsDropped, s.eventsDropped > 0)}${cell(`${Math.round(n.lastRoundMsAgo)} ms`)}</tr>`;
 }
 
 /** The enforcement-health page: one verdict, the fleet's figures, then every node. */
@@ -87,9 +100,10 @@ ${verdict}
 <dt>Nodes</dt><dd>${h.nodes.length}</dd>
 <dt>Shards owned</dt><dd>${owned} / ${h.shards.length}</dd>
 <dt>Credit leased / allowance</dt><dd>${h.leases.committed} / ${h.leases.allowance}${share}</dd>
+<dt>Concentration p50 / p95</dt><dd data-verdict="${h.concentration.verdict}">${escapeHtml(concentrationText(h.concentration))}: ${GATE_WORDS[h.concentration.verdict]} (gate: p95 ≤ ${h.concentration.gateRatio}× uniform, ≥ ${h.concentration.minSamples} windows)</dd>
 </dl>
 <table>
-<thead><tr><th>Node</th><th>Release</th><th>Policy</th><th>Enforcing</th><th>Degraded</th><th>Fold age</th><th>Shards owned</th><th>Credit leased / allowance</th><th>Buckets</th><th>Events dropped</th><th>Last round</th></tr></thead>
+<thead><tr><th>Node</th><th>Release</th><th>Policy</th><th>Enforcing</th><th>Degraded</th><th>Fold age</th><th>Shards owned</th><th>Credit leased / allowance</th><th>Buckets</th><th>Concentration p50 / p95 (windows)</th><th>Events dropped</th><th>Last round</th></tr></thead>
 <tbody>${[...h.nodes]
       .sort((a, b) => (a.node < b.node ? -1 : 1))
       .map((n) => nodeRow(n, h))

@@ -3,6 +3,8 @@ import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type Rej
 import type { RedisBusStats } from './redis-bus-types.js';
 import type { NodeIdentity } from './types.js';
 
+/** How long `local` keeps a round reply's clock sample before a slower one may replace it. */
+const CLOCK_SAMPLE_MS = 10_000;
 /** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
 const MAX_STATEMENT = 65_536;
 
@@ -14,6 +16,8 @@ export class BeatStatements {
   /** Redis time of the last round reply applied, and this process's monotonic time when it came back. */
   private replyAt = 0;
   private replyGot: number | undefined;
+  /** The round reply `local` maps Redis times through: sent, round trip, Redis time, back at. */
+  private clockSample: { sent: number; rtt: number; redis: number; at: number } | undefined;
   /** Members whose statement is refused now (counted once as they turn so, not at every round). */
   private readonly refused = new Set<string>();
 
@@ -23,10 +27,24 @@ export class BeatStatements {
     private readonly warn: (err: unknown, msg: string) => void,
   ) {}
 
-  /** A round reply was applied: made at `redisNow` (Redis ms), back at `got` (monotonic). */
-  replied(redisNow: number, got: number): void {
+  /** A round reply was applied: made at `redisNow` (Redis ms), sent at `sent` and back at `got` (monotonic). */
+  replied(redisNow: number, got: number, sent = got): void {
     this.replyAt = redisNow;
     this.replyGot = got;
+    // For `local`: the quickest round trip lately (a busy loop that read a reply late makes it long).
+    const best = this.clockSample;
+    if (best === undefined || got - sent <= best.rtt || got - best.at > CLOCK_SAMPLE_MS) this.clockSample = { sent, rtt: got - sent, redis: redisNow, at: got };
+  }
+
+  /**
+   * This process's monotonic time at Redis time `redisMs` (a stream entry's id), mapped through the
+   * round reply with the quickest round trip of the last few seconds as if Redis had run it when the
+   * call was sent: never later than it was, by at most that round trip, so an age measured from it
+   * is never short. Undefined before any reply.
+   */
+  local(redisMs: number): number | undefined {
+    const s = this.clockSample;
+    return s === undefined ? undefined : s.sent + (redisMs - s.redis);
   }
 
   /** A member is forgotten: a statement of a member by that name is counted again once refused. */

@@ -1,6 +1,8 @@
-import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
+import { bad, bool, int, list, num, object, optional, pair, posint, record, str, uint, type Reader } from './body-readers.js';
+
+export { EnvelopeError, type RejectReason } from './body-readers.js';
 
 /*
  * The bodies of the bus's envelopes (`bus/codec.ts` seals and opens them): their types, and a
@@ -8,19 +10,6 @@ import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } 
  * release newer may append fields to a record or add keys to a body, and they are ignored. Any bad
  * field rejects the whole body with an `EnvelopeError` naming its path.
  */
-
-/** Why an envelope was rejected; counted per reason. */
-export type RejectReason = 'version' | 'secret' | 'mac' | 'malformed';
-
-/** A rejected envelope: `reason` for counting, `message` names the bad field. */
-export class EnvelopeError extends RateLimiterError {
-  constructor(
-    readonly reason: RejectReason,
-    message: string,
-  ) {
-    super(ErrorCode.REFUSED, message);
-  }
-}
 
 /** Bodies by envelope type. */
 export interface Bodies {
@@ -83,77 +72,49 @@ export type EnvelopeType = keyof Bodies;
 /** A decoded, verified envelope. */
 export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[EnvelopeType];
 
-// ---- field readers: each names the offending path ---------------------------------------------
-
-type Reader<T> = (v: unknown, path: string) => T;
-
-function bad(path: string, what: string): never {
-  throw new EnvelopeError('malformed', `${path}: ${what}`);
-}
-
-const ID = /^[A-Za-z0-9_.:-]{1,128}$/;
-const str: Reader<string> = (v, p) => (typeof v === 'string' && ID.test(v) ? v : bad(p, 'must be an id string (1-128 of A-Z a-z 0-9 _ . : -)'));
-const uint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : bad(p, 'must be a non-negative integer'));
-const int: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : bad(p, 'must be an integer'));
-const posint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : bad(p, 'must be a positive integer'));
-const num: Reader<number> = (v, p) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : bad(p, 'must be a non-negative number'));
-const optional =
-  <T>(r: Reader<T>): Reader<T | undefined> =>
-  (v, p) =>
-    v === undefined ? undefined : r(v, p);
-const bool: Reader<boolean> = (v, p) => (v === 0 || v === 1 ? v === 1 : bad(p, 'must be 0 or 1'));
-
-/** A record's fields in wire order; the encoder writes them as an array, the decoder reads them back. */
-type Fields<T> = ReadonlyArray<readonly [keyof T & string, Reader<unknown>]>;
-
-function record<T>(fields: Fields<T>): { encode: (x: T) => unknown[]; decode: Reader<T> } {
+/**
+ * A record followed by a `fixedShare` flag, written only when set: a release that does not know it
+ * reads leasing (demand-sized grants, still within the allowance), and a record without it is leasing.
+ */
+function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x: T) => unknown[]; decode: Reader<T> }, at: number): { encode: (x: T) => unknown[]; decode: Reader<T> } {
   return {
-    encode: (x) => fields.map(([k, r]) => (r === bool ? (x[k] ? 1 : 0) : x[k])),
+    encode: (x) => (x.fixedShare === true ? [...rec.encode(x), 1] : rec.encode(x)),
     decode: (v, p) => {
-      if (!Array.isArray(v) || v.length < fields.length) bad(p, `must be an array of at least ${fields.length} fields`);
-      const out: Record<string, unknown> = {};
-      // Trailing elements are fields of a newer release: ignored.
-      for (let i = 0; i < fields.length; i++) out[fields[i]![0]] = fields[i]![1](v[i], `${p}.${fields[i]![0]}`);
-      return out as T;
+      const x = rec.decode(v, p);
+      return (v as unknown[]).length > at && bool((v as unknown[])[at], `${p}.fixedShare`) ? { ...x, fixedShare: true } : x;
     },
   };
 }
 
-function list<T>(r: Reader<T>, max = 100_000): Reader<T[]> {
-  return (v, p) => {
-    if (!Array.isArray(v) || v.length > max) bad(p, `must be an array of at most ${max} items`);
-    return v.map((x, i) => r(x, `${p}[${i}]`));
-  };
-}
-
-function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
-  return (v, p) => {
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(p, 'must be an object');
-    const out: Record<string, unknown> = {};
-    // Keys not listed are a newer release's: ignored.
-    for (const k of Object.keys(fields)) {
-      const x = (fields as Record<string, Reader<unknown>>)[k]!((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
-      if (x !== undefined) out[k] = x; // an optional field left out stays out
-    }
-    return out as T;
-  };
-}
-
-const reportRec = record<Report>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['limit', uint],
-  ['lease', uint],
-  ['seq', int],
-  ['spent', uint],
-  ['issued', uint],
-  ['selfIssued', uint],
-  ['released', uint],
-  ['demand', num],
-  ['held', num],
-  ['selfGrant', bool],
-]);
+const reportFlagged = flagged(
+  record<Report>([
+    ['keyId', str],
+    ['windowId', uint],
+    ['windowMs', posint],
+    ['limit', uint],
+    ['lease', uint],
+    ['seq', int],
+    ['spent', uint],
+    ['issued', uint],
+    ['selfIssued', uint],
+    ['released', uint],
+    ['demand', num],
+    ['held', num],
+    ['selfGrant', bool],
+  ]),
+  13,
+);
+/**
+ * A report: its fields, the `fixedShare` flag, then `seen` (requests offered) when known — the flag
+ * written as 0 before it when not set. A release that knows neither reads a leasing report.
+ */
+const reportRec = {
+  encode: (r: Report): unknown[] => (r.seen === undefined ? reportFlagged.encode(r) : [...reportFlagged.encode({ ...r, fixedShare: false }), r.fixedShare === true ? 1 : 0, r.seen]),
+  decode: (v: unknown, p: string): Report => {
+    const r = reportFlagged.decode(v, p);
+    return (v as unknown[]).length > 14 ? { ...r, seen: uint((v as unknown[])[14], `${p}.seen`) } : r;
+  },
+};
 const grantRec = record<Omit<Grant, 'type'>>([
   ['keyId', str],
   ['windowId', uint],
@@ -178,21 +139,24 @@ const adjustRec = record<Omit<Adjust, 'type'>>([
   ['exhausted', bool],
   ['grantSeq', uint],
 ]);
-const requestRec = record<CreditRequest>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['limit', uint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['lease', uint],
-  ['spent', uint],
-  ['selfIssued', uint],
-  ['released', uint],
-  ['need', uint],
-  ['demand', num],
-  ['fastPath', bool],
-]);
+const requestRec = flagged(
+  record<CreditRequest>([
+    ['keyId', str],
+    ['windowId', uint],
+    ['windowMs', posint],
+    ['limit', uint],
+    ['nodeId', str],
+    ['nodeEpoch', str],
+    ['lease', uint],
+    ['spent', uint],
+    ['selfIssued', uint],
+    ['released', uint],
+    ['need', uint],
+    ['demand', num],
+    ['fastPath', bool],
+  ]),
+  13,
+);
 
 /**
  * A grant's fields, then `floated` (0 for none), then `late` (1, or left out): each trailing field a
@@ -221,12 +185,6 @@ const decodeEntry: Reader<LogEntry> = (v, p) => {
 };
 const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
 
-const pair =
-  <A, B>(a: Reader<A>, b: Reader<B>): Reader<[A, B]> =>
-  (v, p) => {
-    if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
-    return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
-  };
 /**
  * A checkpoint: its ledgers' entries, then its shard's ended marks, which travel as `ended` ([window
  * length, end] pairs) and `unmarked` (the shard's unmarked horizon, if any): body keys a release that

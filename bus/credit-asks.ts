@@ -35,6 +35,8 @@ export interface CreditAskParts {
  */
 export class CreditAsks {
   private readonly fastPath: FastPath;
+  /** This node's asks on shards it owns, waiting for the round reply that lets its owner side serve again. */
+  private awaiting: Array<{ readonly request: CreditRequest; readonly settle: (grants: PromiseLike<readonly Grant[]>) => void }> = [];
 
   constructor(
     private readonly ctx: OwnerContext,
@@ -61,7 +63,25 @@ export class CreditAsks {
 
   /** Settles every open ask with nothing (the bus is closing). */
   close(): void {
+    this.roundSettled();
     this.fastPath.close();
+  }
+
+  /**
+   * A round reply was taken in (or the round failed): this node's asks waiting for it are answered by
+   * its owner side if it serves their shard now, else with nothing. Once a round.
+   */
+  roundSettled(): void {
+    if (this.awaiting.length === 0) return;
+    const waiting = this.awaiting;
+    this.awaiting = [];
+    for (const { request, settle } of waiting) {
+      if (this.ctx.closed() || !this.ctx.serving(shardOf(request.keyId, request.windowId, this.ctx.opts.shards))) settle(Promise.resolve([]));
+      else {
+        const { now, later } = this.grantLocal(request);
+        settle(later ?? Promise.resolve(now === undefined ? [] : [now]));
+      }
+    }
   }
 
   /**
@@ -78,15 +98,16 @@ export class CreditAsks {
     for (const r of requests) {
       const shard = shardOf(r.keyId, r.windowId, ctx.opts.shards);
       if (ctx.serving(shard)) {
-        const g = ctx.owner()!.onCreditRequest(r);
-        if (g !== undefined) {
-          // This node's own credit too is spent only once on record (or out of the float, which is):
-          // a later owner replays the log, and what it lacks it would issue again.
-          const written = parts.log.logGrants([g], parts.fast);
-          if (ctx.owner()!.onRecord?.(g) === true) local.push(g);
-          else unrecorded.push(written.then((ok) => (ok ? [g] : (ctx.stats.grantsWithheld++, []))));
-        }
-        parts.route(ctx.owner()!.takeOutbox());
+        const { now, later } = this.grantLocal(r);
+        if (now !== undefined) local.push(now);
+        if (later !== undefined) unrecorded.push(later);
+        continue;
+      }
+      if (parts.reach.awaitsRound(shard)) {
+        // Ours, and served again once the round reply this loop's own stall held up is in: the ask is
+        // answered then, if the owner side serves; past the deadline the request is still refused,
+        // and the late answer is kept as credit for the next one.
+        unrecorded.push(new Promise<readonly Grant[]>((settle) => this.awaiting.push({ request: r, settle })));
         continue;
       }
       const owner = parts.fleet.table[shard]?.owner;
@@ -173,6 +194,25 @@ export class CreditAsks {
     if (parts.direct?.send(owner, frame)) return true;
     parts.fast.publish(ctx.keys.channel(owner), frame).catch(() => undefined);
     return false;
+  }
+
+  /**
+   * This node's request answered by its owner side, which serves the shard: a grant all on record
+   * already (`now`), or one that counts once its log write is back (`later`). The node's own credit
+   * too is spent only once on record (or out of the float, which is): a later owner replays the log,
+   * and what it lacks it would issue again.
+   */
+  private grantLocal(r: CreditRequest): { now?: Grant; later?: Promise<readonly Grant[]> } {
+    const { ctx, parts } = this;
+    const owner = ctx.owner()!;
+    const g = owner.onCreditRequest(r);
+    let answer: { now?: Grant; later?: Promise<readonly Grant[]> } = {};
+    if (g !== undefined) {
+      const written = parts.log.logGrants([g], parts.fast);
+      answer = owner.onRecord?.(g) === true ? { now: g } : { later: written.then((ok) => (ok ? [g] : (ctx.stats.grantsWithheld++, []))) };
+    }
+    parts.route(owner.takeOutbox());
+    return answer;
   }
 
   /** Applies grants through the node's message handler (they arrived, but the ask as a whole missed). */

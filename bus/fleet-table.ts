@@ -17,6 +17,7 @@ export interface Ownership {
   readonly owner: string;
   readonly ownerProcess: string;
   readonly epoch: number;
+  /** When the lease lapses (monotonic), counted from when the round was sent: never after Redis lets it lapse. */
   readonly expiresAt: number;
   /** This very process, under an epoch its own round script claimed or renewed: never a written-in entry. */
   readonly ours: boolean;
@@ -162,7 +163,7 @@ export class FleetTable {
       // by one a change): taken as no owner, and never learnt, so it cannot stop epochs growing.
       if (!(s >= 0 && s < this.opts.shards) || owner === '' || exp <= redisNow || !(epoch <= Math.max(redisNow, seenEpoch) + EPOCH_AHEAD_MAX)) continue;
       const isOurs = owner === me?.nodeId && ownerProcess === me.nodeEpoch && held.get(s) === epoch;
-      this.table[s] = { owner, ownerProcess, epoch, expiresAt: got + (exp - redisNow), ours: isOurs };
+      this.table[s] = { owner, ownerProcess, epoch, expiresAt: local(exp), ours: isOurs };
       this.maxEpoch = Math.max(this.maxEpoch, epoch);
       if (isOurs) ours.push({ shard: s, epoch, expiresAt: exp });
     }

@@ -14,6 +14,8 @@
  * The bus, the admin API and the maintenance jobs all build their keys here.
  */
 
+import type { ConcentrationSummary } from '../lib/owner/concentration.js';
+
 /** A control key: one Redis Cluster slot for all of them. */
 export type ControlKey = 'members' | 'epochs' | 'owners' | 'left' | 'beats' | 'status' | `peer:${string}`;
 
@@ -86,6 +88,11 @@ export interface NodeStatus {
   readonly release?: string;
   /** The bus envelope schema version it speaks (absent from releases before it was published: 1). */
   readonly schemaVersion?: number;
+  /**
+   * As a shard owner: per-node-per-key concentration of the windows it swept lately (absent from a
+   * fleet of one, and from releases before it was published).
+   */
+  readonly concentration?: ConcentrationSummary;
 }
 
 /** A status as stored: stamped by the bus with the process, the shards it owns and the time. */

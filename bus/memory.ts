@@ -214,13 +214,14 @@ export class MemoryBus implements Bus {
     if (this.closed) return;
     const ownerId = this.ownerOfShard[batch.shard];
     if (ownerId === undefined) return;
+    const sentAt = this.opts.clock.monotonic();
     const deliver = (): void => {
       // Whoever owns the shard when the batch lands folds it: a deposed owner never sees it.
       const current = this.ownerOfShard[batch.shard];
       const owner = current === undefined ? undefined : this.owners.get(current);
       if (owner === undefined || this.closed) return;
       this.log(batch.shard, { kind: 'report', batch });
-      for (const m of owner.onReports(batch)) this.send(m);
+      for (const m of owner.onReports(batch, sentAt)) this.send(m);
     };
     if (ownerId === node.nodeId || this.opts.scheduler === undefined) deliver();
     else this.net.send(node.nodeId, ownerId, deliver);

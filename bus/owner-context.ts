@@ -13,7 +13,7 @@ export interface Owned {
   takenAt: number;
   /** Round of the last sweep for stranded entries. */
   claimRound: number;
-  /** Monotonic time until which the lease is certainly ours (renewal sent + lease − one round). */
+  /** Monotonic time until which the lease is certainly ours (renewal sent + lease − two rounds). */
   validUntil: number;
   settleUntil: number;
   /** Anything folded or granted since the last snapshot. */

@@ -61,11 +61,11 @@ interface PutCommand {
  * `StoreRecordError`, and changes nothing.
  */
 export class PolicyStore {
-  private readonly prefix: string;
+  readonly prefix: string;
 
   constructor(
-    private readonly redis: Client,
-    private readonly signer: StoreSigner,
+    readonly redis: Client,
+    readonly signer: StoreSigner,
     prefix = 'frl',
   ) {
     this.prefix = prefix;
@@ -114,29 +114,37 @@ export class PolicyStore {
     compilePolicy(policy);
     if (refused === undefined && before !== undefined && JSON.stringify({ ...before.policy, version }) === JSON.stringify(policy)) return before;
     const stored: StoredPolicy = { version, policy, at: Date.now(), by, reason };
+    const note = refused === undefined ? '' : ` over a refused current record (${refused.reason})`;
+    await this.put(raw ?? '0', stored, action, target, (detail || `version ${version}`) + note);
+    return stored;
+  }
+
+  /**
+   * Signs `stored` and puts it as the policy in force, audited and announced, only if the current
+   * record's version field is still `expected` (`'0'`: none); else throws `PolicyConflict`.
+   */
+  async put(expected: string, stored: StoredPolicy, action: string, target: string, detail: string): Promise<void> {
     const body = JSON.stringify(stored);
     const sig = this.signer.sign('policy', body);
-    const note = refused === undefined ? '' : ` over a refused current record (${refused.reason})`;
     try {
       await (this.redis as unknown as PutCommand).frlPolicyPut(
         this.key('current'),
         this.key('versions'),
         this.key('audit'),
-        raw ?? '0',
-        String(version),
+        expected,
+        String(stored.version),
         body,
         sig.kid,
         sig.mac,
         JSON.stringify({ json: body, ...sig }),
         this.channel,
-        ...auditFields(by, action, target, reason, (detail || `version ${version}`) + note),
+        ...auditFields(stored.by, action, target, stored.reason, detail),
       );
     } catch (err) {
       const m = /CONFLICT (\S+)/.exec(String((err as Error).message));
       if (m) throw new PolicyConflict(Number(m[1]));
       throw err;
     }
-    return stored;
   }
 
   /**

@@ -109,7 +109,7 @@ export class RedisBus implements Bus {
     this.log = log;
     this.router = router;
     const route = (messages: readonly OwnerMessage[]): void => router.route(messages);
-    const reports = new ShardReader(ctx, this.reader, route);
+    const reports = new ShardReader(ctx, this.reader, route, (redisMs) => beats.local(redisMs));
     const takeover = new Takeover(ctx, fence, reports);
     if (opts.fastPath !== false) {
       this.direct = new DirectChannel(
@@ -148,7 +148,8 @@ export class RedisBus implements Bus {
       heartbeat: (beat) => this.rounds.beat(beat),
       selfGranted: (shard, round) => this.fleet.ownSelfGrants.set(shard, round),
       reachable: (shard) => this.reach.reachable(shard),
-      local: (shard) => this.fleet.mine(shard) && this.reach.serving(shard),
+      // Its own shards while it serves them, or will once the round reply is in (`awaitsRound`).
+      local: (shard) => this.fleet.mine(shard) && this.reach.reachable(shard),
       fleetSize: () => (this.fleet.hadTable ? this.fleet.size() : Number.MAX_SAFE_INTEGER),
     };
   }
@@ -163,7 +164,10 @@ export class RedisBus implements Bus {
     return {
       size: () => this.fleet.size(),
       unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
-      rejoining: (nodeId) => rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
+      // L5 is for members this owner hears from through Redis. Its own node it hears in process: that
+      // node's silence was this very process's stall, and its self-grants reach the owner side the
+      // moment they are made (held back until their batch is folded), so there is nothing to wait for.
+      rejoining: (nodeId, nodeEpoch) => !(nodeId === this.identity?.nodeId && nodeEpoch === this.identity.nodeEpoch) && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
     };
   }
 
@@ -254,7 +258,7 @@ export class RedisBus implements Bus {
     if (this.closed) return false;
     if (this.reach.serving(batch.shard)) {
       this.owned.get(batch.shard)!.dirty = true;
-      this.router.route(this.owner!.onReports(batch));
+      this.router.route(this.owner!.onReports(batch, this.clock.monotonic()));
       return true;
     }
     // Skipped while Redis is out of reach or backed up: the node reports those buckets again.

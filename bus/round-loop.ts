@@ -119,6 +119,8 @@ export class RoundLoop {
       .finally(() => {
         this.busy = false;
         for (const s of released) this.releasing.delete(s);
+        // The node's asks on shards it owns that waited for this reply (a stall of our own).
+        parts.asks.roundSettled();
       });
     parts.log.snapshots(mono);
     this.refillFloats();
@@ -174,7 +176,7 @@ export class RoundLoop {
     // node reports every bucket of those shards again, so a new owner with no log learns what is held.
     const changed = fleet.ownersChanged();
     if (changed.size > 0) parts.ownersChanged(changed);
-    parts.beats.replied(redisNow, got);
+    parts.beats.replied(redisNow, got, sent);
     for (const [s, o] of ctx.owned) {
       if (!fleet.mine(s)) ctx.owned.delete(s);
       else if (o.state === 'settling' && got >= o.settleUntil && fleet.everyoneReportedSince(o.takenAt, (o.checkedIn ??= new Map()))) parts.takeover.readPast(s, o);

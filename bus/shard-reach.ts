@@ -37,16 +37,32 @@ export class ShardReach {
     return this.loop.awakeSince(this.fleet.lastRoundOk) < REACH_ROUNDS * this.roundMs;
   }
 
-  /** Node side: whether `shard`'s owner can be asked now (this node itself, if it serves the shard). */
+  /**
+   * Node side: whether `shard`'s owner can be asked now — this node itself when it serves the shard,
+   * or will once the round reply it waits for is in (`awaitsRound`).
+   */
   reachable(shard: number): boolean {
     const o = this.fleet.table[shard];
     if (o === undefined) return false;
     const mono = this.clock.monotonic();
-    if (this.fleet.mine(shard)) return this.serving(shard);
+    if (this.fleet.mine(shard)) return this.serving(shard) || this.awaitsRound(shard);
     // The owner's process must still be the one heard from: a restarted node does not answer for
     // shards its previous process held. Our own round's age counts only the time this loop was
     // running (a stall of ours is not the owner's silence); the owner's, by Redis's clock.
     const m = this.fleet.members.get(o.owner);
     return m !== undefined && m.fresh && m.epoch === o.ownerProcess && mono < o.expiresAt && this.inTouch();
+  }
+
+  /**
+   * Node side: whether this node owns `shard` (its ledgers rebuilt, the table's lease current) and
+   * does not serve it only because its last round reply is three rounds old on the full time — a
+   * stall of its own, not Redis's silence: the owner side serves again once the next reply is in.
+   * Its node's asks there are not remote ones (`local`); one that misses its deadline is still
+   * refused, and answered once that reply is in if the owner side serves then (`CreditAsks`).
+   */
+  awaitsRound(shard: number): boolean {
+    const o = this.owned.get(shard);
+    const t = this.fleet.table[shard];
+    return o !== undefined && o.state === 'ready' && t?.ours === true && this.clock.monotonic() < t.expiresAt && this.inTouch();
   }
 }

@@ -22,12 +22,14 @@ export type FoldMode = 'serve' | 'replay';
 export class ShardReader {
   /**
    * `reader`: the connection of the blocking reads, no other. `route`: sends the owner messages one
-   * read produced.
+   * read produced. `local`: this process's monotonic time at a Redis time (an entry id's), for the
+   * fold age of what it folds.
    */
   constructor(
     private readonly ctx: OwnerContext,
     private readonly reader: RedisClient,
     private readonly route: (messages: readonly OwnerMessage[]) => void,
+    private readonly local: (redisMs: number) => number | undefined = () => undefined,
   ) {}
 
   private get consumer(): string {
@@ -118,7 +120,7 @@ export class ShardReader {
       try {
         // Not serving (taking over, settling, lease in doubt, Redis out of reach, leaving): merge, issue nothing.
         if (mode === 'replay' || ctx.closed() || !ctx.serving(shard)) ctx.owner()!.replay([{ kind: 'report', batch: env.body }]);
-        else out.push(...ctx.owner()!.onReports(env.body));
+        else out.push(...ctx.owner()!.onReports(env.body, this.local(Number.parseInt(id, 10))));
         ctx.stats.entriesFolded++;
         st.dirty = true;
       } catch (err) {

@@ -2,8 +2,11 @@ import { createHmac, type KeyObject } from 'node:crypto';
 import { sameMac, secretKeys, type BusSecretVersion } from './codec.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 
-/** What the policy store signs: the policy document (overrides are part of it) and the kill switch. */
-export type SignedKind = 'policy' | 'switch';
+/**
+ * What the policy store signs: the policy document (overrides are part of it), the kill switch, and a
+ * staged candidate policy (activated only if it verifies).
+ */
+export type SignedKind = 'policy' | 'switch' | 'stage';
 
 /** Why a stored record was refused; counted per reason. */
 export type StoreRejectReason = 'unsigned' | 'secret' | 'mac' | 'malformed' | 'replay';

@@ -22,7 +22,8 @@ export interface BusCounters {
 /** What the bus needs from an owner: the owner side of the protocol (`FoldOwner` implements it). */
 export interface CreditOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined;
-  onReports(batch: ReportBatch): OwnerMessage[];
+  /** Folds a node's report batch; `queuedAt` (the owner's monotonic clock): when it entered the bus. */
+  onReports(batch: ReportBatch, queuedAt?: number): OwnerMessage[];
   /** Messages for other nodes produced while answering a request (recalls, exhaustion notices). */
   takeOutbox(): OwnerMessage[];
   /** Rebuilds ledgers from a shard's retained log (a restarted or new owner), before serving it. */

@@ -38,6 +38,11 @@ export class Bucket {
   /** Requests seen in the current round (admitted or not). */
   roundDemand = 0;
   /**
+   * Requests seen in this window (admitted or not) up to the last round's end: what the owner measures
+   * concentration on (`lib/owner/concentration.ts`), offered rather than admitted traffic.
+   */
+  seen = 0;
+  /**
    * Smoothed requests per round, in units of `RATE_ONE` (fixed point: a small integer stays unboxed in
    * V8, a fractional double would cost a heap number per bucket; small up to 2^30, over 16,000
    * requests a round on one node). The demand advertised to the owner.
@@ -94,6 +99,7 @@ export class Bucket {
     this.exhausted = Exhaustion.None;
     this.exhaustedSeq = 0;
     this.lateUnsure = false;
+    this.seen = 0;
   }
 
   /** Whether the bucket could be dropped without losing usable credit. */

@@ -1,4 +1,4 @@
-import { compilePolicy, type PolicyDoc, type RouteClassDef } from './policy.js';
+import { compilePolicy, type PlanDef, type PolicyDoc, type RouteClassDef } from './policy.js';
 
 /** A route class as a JSON import types it: `failMode` is any string until it is checked. */
 export interface RouteClassInput extends Omit<RouteClassDef, 'failMode'> {
@@ -10,8 +10,17 @@ export interface RouteClassInput extends Omit<RouteClassDef, 'failMode'> {
  * A policy document as TypeScript types one imported from JSON (`resolveJsonModule` widens string
  * literals to `string`): the shape of `PolicyDoc`, with the literal-typed fields widened.
  */
-export interface PolicyInput extends Omit<PolicyDoc, 'routeClasses'> {
+export interface PolicyInput extends Omit<PolicyDoc, 'routeClasses' | 'plans' | 'allocation'> {
+  readonly plans: Readonly<Record<string, PlanInput>>;
   readonly routeClasses?: Readonly<Record<string, RouteClassInput>>;
+  /** `leasing` or `fixed-share`; anything else is a `PolicyError` naming this field. */
+  readonly allocation?: string;
+}
+
+/** A plan as a JSON import types it: `mode` and `allocation` are any string until they are checked. */
+export interface PlanInput extends Omit<PlanDef, 'mode' | 'allocation'> {
+  readonly mode?: string;
+  readonly allocation?: string;
 }
 
 /**

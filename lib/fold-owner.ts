@@ -1,8 +1,11 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
+import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
 import { EndedMarks } from './owner/ended.js';
+import { FixedShare } from './owner/fixed-share.js';
+import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
 import { committed, held } from './owner/ledger-sums.js';
@@ -41,16 +44,23 @@ export class FoldOwner {
   private readonly sizing: GrantSizing;
   private readonly issuer: Issuer;
   private readonly floats: Floats;
-  private readonly marks = new EndedMarks();
+  private readonly fixed: FixedShare;
+  private readonly measured = new Concentration();
+  readonly marks = new EndedMarks();
   readonly stats: FoldOwnerStats = newStats();
+  /** The keys this owner folds the most for lately (`TopKeys`), and the fold ages of its reports. */
+  readonly topKeys: TopKeys;
+  readonly foldAges = new FoldAges();
 
   constructor(private readonly cfg: FoldOwnerConfig) {
+    this.topKeys = new TopKeys(cfg.clock);
     this.ledgers = new LedgerStore(cfg.shardOf);
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
     this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
     this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats);
+    this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
   }
 
   /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
@@ -58,11 +68,14 @@ export class FoldOwner {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
     if (this.ended(this.cfg.shardOf(req.keyId, req.windowId), req.windowMs, windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
-    const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit);
+    this.topKeys.count(req.keyId);
+    const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit, req.fixedShare === true);
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
     this.reports.absorb(req.nodeId, lease, req, req.selfIssued > 0);
     lease.demand = Math.max(lease.demand, req.demand);
-    if (this.reports.withheld(req.nodeId)) return undefined;
+    if (this.reports.withheld(req.nodeId, req.nodeEpoch)) return undefined;
+    // A fixed share: owed share, then the reserve; never a float, a recall or a demand-sized lease.
+    if (ledger.fixed) return this.fixed.ask(ledger, lease, req.need, req.demand, req.fastPath);
     // What the request needs, or its node's demand for the next rounds if more: a node that sees the
     // key rarely gets exactly what it needs, so no credit strands where requests seldom come. What
     // the lease already holds counts (a grant may be in flight): a repeated request adds nothing.
@@ -116,23 +129,34 @@ export class FoldOwner {
     return this.floats.onRecord(g);
   }
 
-  /** Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices. */
-  onReports(batch: ReportBatch): OwnerMessage[] {
+  /**
+   * Folds one node's round batch; returns top-ups, pre-grants, recalls and exhaustion notices.
+   * `queuedAt` (this owner's monotonic clock): when the batch entered the bus, for its fold age.
+   */
+  onReports(batch: ReportBatch, queuedAt?: number): OwnerMessage[] {
     if (batch.nodeEpoch.startsWith(FLOAT_PREFIX)) return [];
     const now = this.cfg.clock.now();
+    const mono = this.cfg.clock.monotonic();
+    const age = queuedAt === undefined ? undefined : mono - queuedAt;
     for (const r of batch.reports) {
-      const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
+      const top = this.topKeys.count(r.keyId, mono);
+      const ledger = this.ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit, r.fixedShare === true);
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;
+      if (age !== undefined) this.foldAges.observe(age, top);
       // A node reporting, in the rounds before a window starts, a key it will ask for there (too
       // rare for a lease): the window gets a float before its first ask, not after it. This owner's
       // own node too: its asks wait for their grant's log write like any other's.
       const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats.on && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
+      if (this.floats.on && !ledger.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
         this.floats.markWanted(ledger);
       }
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
-      if (r.demand > 0 && !this.reports.withheld(batch.nodeId)) this.topUp(ledger, lease, r);
+      if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
+        if (ledger.fixed) {
+          if (!this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) this.fixed.topUp(ledger, lease);
+        } else this.topUp(ledger, lease, r);
+      }
       this.issuer.announceRefilled(ledger);
     }
     // Folded only once all of it is (a report that throws leaves the round unfolded).
@@ -183,33 +207,37 @@ export class FoldOwner {
   }
 
   /**
-   * Whether a window of `shard` of length `windowMs` that ends at `windowEnd` is ended for this owner:
-   * nothing more is issued for it (a late report is folded, and may make its ledger again, but gets no
-   * top-up). Ended when it ended more than SKEW_ROUNDS ago by this owner's clock — no node whose clock
-   * is within the skew allowed of this one's is still in it; an ask or a report that late was long on
-   * its way, or comes from a clock stepped back beyond the skew, and such a node is refused until its
-   * clock is in a live window — or, whatever the clock says now, when it ends no later than a ledger of
-   * that shard and length this owner (or an earlier owner of the shard, by its checkpoint) dropped: the
-   * shard's ended mark (`lib/owner/ended.ts`). A ledger made again after its sweep would start empty,
-   * as if none of the window's allowance had been issued.
+   * Whether nothing more is issued for a window: it ended SKEW_ROUNDS ago by this owner's clock (no node
+   * within the skew is still in it), or by its shard's ended mark, whatever the clock says (`EndedMarks`).
    */
   private ended(shard: number, windowMs: number, windowEnd: number): boolean {
     return windowEnd <= this.cfg.clock.now() - SKEW_ROUNDS * this.cfg.roundMs || this.marks.covers(shard, windowMs, windowEnd);
   }
 
   /**
-   * Drops ledgers of windows that ended two rounds ago by `nowMs`, raising the ended mark of their
-   * shard and window length to each one's end, and forgets ended self-grant episodes.
+   * Drops ledgers of windows that ended (`ended`: two rounds ago), each measured for concentration
+   * first (`lib/owner/concentration.ts`) and raising its shard's ended mark, and forgets ended
+   * self-grant episodes. `ended` hears of each dropped window: what it admitted fleet-wide (spent,
+   * summed over its leases) against its allowance — the traffic history policy staging judges by.
    */
-  sweep(nowMs: number): void {
+  sweep(nowMs: number, ended?: (keyId: string, windowMs: number, windowEnd: number, admitted: number, allowance: number) => void): void {
+    const fleet = this.cfg.fleet.size();
+    const dropped = (l: Ledger): void => {
+      this.measured.observe(l, fleet);
+      this.marks.raise(l.shard, l.windowMs, l.windowEnd);
+      if (ended === undefined) return;
+      let admitted = 0;
+      for (const lease of l.leases) admitted += lease.spent;
+      ended(l.keyId, l.windowMs, l.windowEnd, admitted, l.allowance);
+    };
     // `ended`, as the store counts it: the window's end at or before this.
-    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, (l) => this.marks.raise(l.shard, l.windowMs, l.windowEnd));
+    this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, dropped);
     this.reports.sweep();
   }
 
-  /** The ended mark of windows of length `windowMs` in `shard`: the latest end of its dropped ledgers, if any. */
-  endedMark(shard: number, windowMs: number): number | undefined {
-    return this.marks.of(shard, windowMs);
+  /** Per-node-per-key concentration of the windows this owner swept lately: the ratio to uniform. */
+  concentration(): ConcentrationSummary {
+    return this.measured.summary();
   }
 
   /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */

@@ -26,6 +26,8 @@ export interface Lease {
   reported: number;
   grantSeq: number;
   spent: number;
+  /** Requests the node saw on this lease, admitted or not (its reports' `seen`; 0 when never said). */
+  seen: number;
   selfIssued: number;
   released: number;
   seq: number;
@@ -58,6 +60,8 @@ export interface Ledger {
   askPeak: number;
   /** Whether this window had remote asks of its own (not only a size inherited from the one before). */
   asked: boolean;
+  /** Fixed-share allocation (`lib/owner/fixed-share.ts`), as the latest request or report says. */
+  fixed: boolean;
 }
 
 /** An owner's float in one window, under one owner epoch. */
@@ -107,13 +111,16 @@ export class LedgerStore {
     return undefined;
   }
 
-  /** The ledger of a (key, window), made if there is none; its allowance set to `limit`. */
-  ledgerFor(keyId: string, windowId: number, windowMs: number, limit: number): Ledger {
+  /**
+   * The ledger of a (key, window), made if there is none; its allowance set to `limit`, and its
+   * allocation to fixed share or leasing if `fixed` is given.
+   */
+  ledgerFor(keyId: string, windowId: number, windowMs: number, limit: number, fixed?: boolean): Ledger {
     let l = this.find(keyId, windowMs, windowId);
     if (l === undefined) {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
       const shard = this.shardOf(keyId, windowId);
-      l = { keyId, windowId, windowMs, windowEnd, shard, allowance: limit, reserveReleased: false, announced: false, leases: [], asks: 0, askPeak: 0, asked: false };
+      l = { keyId, windowId, windowMs, windowEnd, shard, allowance: limit, reserveReleased: false, announced: false, leases: [], asks: 0, askPeak: 0, asked: false, fixed: false };
       const list = this.byKey.get(keyId);
       if (list === undefined) this.byKey.set(keyId, [l]);
       else list.push(l);
@@ -127,6 +134,7 @@ export class LedgerStore {
     }
     // A policy change mid-window moves the allowance; credit already committed stays committed.
     l.allowance = limit;
+    if (fixed !== undefined) l.fixed = fixed;
     return l;
   }
 
@@ -142,7 +150,7 @@ export class LedgerStore {
 
   /**
    * Drops the ledgers of windows that ended at or before `endedBy` (window end ≤ it), each handed to
-   * `dropped`. A shard none of whose ledgers has ended yet costs one comparison.
+   * `dropped` first. A shard none of whose ledgers has ended yet costs one comparison.
    */
   sweep(endedBy: number, dropped?: (l: Ledger) => void): void {
     for (let shard = 0; shard < this.byShard.length; shard++) {
@@ -155,8 +163,8 @@ export class LedgerStore {
           live.push(l);
           if (l.windowEnd < firstEnd) firstEnd = l.windowEnd;
         } else {
-          this.forget(l);
           dropped?.(l);
+          this.forget(l);
         }
       }
       if (live.length === 0) this.byShard[shard] = undefined;
@@ -195,6 +203,7 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
     reported: 0,
     grantSeq: 0,
     spent: 0,
+    seen: 0,
     selfIssued: 0,
     released: 0,
     seq: -1,

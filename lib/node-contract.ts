@@ -35,8 +35,9 @@ export interface OwnerLink {
   /** Live fleet size, for the boundary self-grant (F4). */
   fleetSize(): number;
   /**
-   * Whether the owner of `shard` answers in this process (synchronously, no network): such asks are
-   * free, so D2's once per bucket per round does not apply to them. Absent means never.
+   * Whether the owner of `shard` answers in this process (no network; at once, or once its round
+   * reply is in): such asks are free, so D2's once per bucket per round does not apply to them, and
+   * one that misses its deadline says nothing about the network. Absent means never.
    */
   local?(shard: number): boolean;
 }

@@ -16,10 +16,21 @@ export interface WindowDef {
  */
 export type LimitMode = 'enforce' | 'shadow';
 
+/**
+ * How a window's allowance reaches the nodes: `leasing` (credit granted on demand and moved to where
+ * requests are) or `fixed-share` (every node gets ⌊allowance / fleet⌋, issued by the window's owner,
+ * plus the reserve through the fast path; nothing moves between nodes). Fixed share is the simpler
+ * design, as accurate only while each key's traffic is evenly spread over the nodes (`npm run
+ * concentration` measures it).
+ */
+export type Allocation = 'leasing' | 'fixed-share';
+
 /** A plan: a named set of windows a request needs credit in, all or none. */
 export interface PlanDef {
   readonly windows: readonly WindowDef[];
   readonly mode?: LimitMode;
+  /** How its windows' credit reaches the nodes; the document's `allocation` when absent. */
+  readonly allocation?: Allocation;
   /**
    * Another plan run beside this one in shadow (a dual run): its decisions are computed on counts of
    * their own and its refusals counted, while this plan's are enforced.
@@ -69,6 +80,8 @@ export interface PolicyDoc {
   readonly keys?: Readonly<Record<string, KeyOverrideDef>>;
   readonly routeClasses?: Readonly<Record<string, RouteClassDef>>;
   readonly capacity?: CapacityDef;
+  /** Allocation of every plan that sets none, and of per-key windows (default `leasing`). */
+  readonly allocation?: Allocation;
 }
 
 /** A compiled window: the definition plus the index it has in its plan. */
@@ -87,6 +100,8 @@ export interface ResolvedLimits {
   readonly shadow: boolean;
   /** The plan run beside these limits in shadow (a dual run), with counts of its own. */
   readonly beside: ResolvedLimits | undefined;
+  /** True under `allocation: fixed-share`: owners issue each node a fixed share, nodes keep it. */
+  readonly fixedShare: boolean;
 }
 
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -107,13 +122,14 @@ export const RESERVED_NAMES: readonly string[] = Object.freeze(Object.getOwnProp
 const nameKeys = Joi.string()
   .pattern(NAME)
   .invalid(...RESERVED_NAMES);
-const mode = Joi.string().valid('enforce', 'shadow');
+const mode = Joi.string().valid('enforce', 'shadow').messages({ 'any.only': '{{#label}} must be "enforce" or "shadow" (a fixed share of credit per node is "allocation": "fixed-share")' });
+const allocation = Joi.string().valid('leasing', 'fixed-share').messages({ 'any.only': '{{#label}} must be "leasing" or "fixed-share"' });
 
 /** joi schema of a policy document (cross-references are checked after it). */
 const policySchema = Joi.object({
   version: Joi.number().integer().min(1).required(),
   plans: Joi.object()
-    .pattern(nameKeys, Joi.object({ windows: windowsSchema.required(), mode, shadow: Joi.string().pattern(NAME) }))
+    .pattern(nameKeys, Joi.object({ windows: windowsSchema.required(), mode, allocation, shadow: Joi.string().pattern(NAME) }))
     .min(1)
     .required(),
   defaultPlan: Joi.string().pattern(NAME).required(),
@@ -131,6 +147,7 @@ const policySchema = Joi.object({
     nodeAdmissionsPerSecond: Joi.number().integer().min(1).required(),
     tenantShare: Joi.number().greater(0).max(1).required(),
   }),
+  allocation,
 });
 
 /** A validated policy, ready for the decision path. Immutable. */
@@ -150,13 +167,14 @@ export class CompiledPolicy {
   constructor(doc: PolicyDoc) {
     this.doc = doc;
     this.version = doc.version;
+    const fixed = (plan?: PlanDef): boolean => (plan?.allocation ?? doc.allocation) === 'fixed-share';
     for (const [name, plan] of Object.entries(doc.plans)) {
       const other = plan.shadow === undefined ? undefined : doc.plans[plan.shadow];
-      const beside = other === undefined ? undefined : compileLimits(`dual:${name}:${plan.shadow!}`, other.windows, true);
-      this.plans.set(name, compileLimits(`plan:${name}`, plan.windows, plan.mode === 'shadow', beside));
+      const beside = other === undefined ? undefined : compileLimits(`dual:${name}:${plan.shadow!}`, other.windows, true, undefined, fixed(other));
+      this.plans.set(name, compileLimits(`plan:${name}`, plan.windows, plan.mode === 'shadow', beside, fixed(plan)));
     }
     for (const [keyId, o] of Object.entries(doc.keys ?? {})) {
-      this.keyLimits.set(keyId, o.plan !== undefined ? this.plan(o.plan) : compileLimits(`key:${keyId}`, o.windows ?? []));
+      this.keyLimits.set(keyId, o.plan !== undefined ? this.plan(o.plan) : compileLimits(`key:${keyId}`, o.windows ?? [], false, undefined, fixed()));
     }
     for (const [tenant, t] of Object.entries(doc.tenants ?? {})) {
       if (t.plan !== undefined) this.tenantPlans.set(tenant, this.plan(t.plan));
@@ -204,10 +222,10 @@ export class CompiledPolicy {
   }
 }
 
-function compileLimits(id: string, defs: readonly WindowDef[], shadow = false, beside?: ResolvedLimits): ResolvedLimits {
+function compileLimits(id: string, defs: readonly WindowDef[], shadow = false, beside?: ResolvedLimits, fixedShare = false): ResolvedLimits {
   const windows = defs.map((w, index) => Object.freeze({ name: w.name, limit: w.limit, windowMs: w.windowMs, index }));
   const policyHeader = windows.map((w) => `"${w.name}";q=${w.limit};w=${Math.ceil(w.windowMs / 1000)}`).join(', ');
-  return Object.freeze({ id, windows: Object.freeze(windows), policyHeader, shadow, beside });
+  return Object.freeze({ id, windows: Object.freeze(windows), policyHeader, shadow, beside, fixedShare });
 }
 
 /**

@@ -5,6 +5,7 @@ import type { LoopStalls } from '../bus/loop-stall.js';
 import type { LimitEventStats } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
+import { TOP_K } from '../lib/owner/fold-age.js';
 import type { Enforcer } from '../lib/node-contract.js';
 import { Timings, TimingsHistogram } from './timings.js';
 import type { LimiterStats } from './types.js';
@@ -76,6 +77,18 @@ class ProcessMetrics {
         members,
       ),
       new TimingsHistogram('fleet_ratelimit_fast_path_seconds', 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', (m) => m.fastPath, members),
+      new TimingsHistogram(
+        'fleet_ratelimit_report_fold_age_seconds',
+        `As a shard owner: time from a report batch entering the bus to folding each report of it, for the owner's top ${TOP_K} keys by fold work (keys="top") and every other key (keys="other").`,
+        (m) =>
+          m.src.owner === undefined
+            ? []
+            : ([
+                [{ keys: 'top' }, m.src.owner.foldAges.top],
+                [{ keys: 'other' }, m.src.owner.foldAges.other],
+              ] as const),
+        members,
+      ),
     ])
       this.all.set(h.name, h);
     const counter = (name: string, help: string, labelNames: string[], collect: (c: Counter<string>) => void): void => {
@@ -199,6 +212,18 @@ class ProcessMetrics {
           g.set({ node, kind: 'committed' }, t.committed);
           g.set({ node, kind: 'allowance' }, t.allowance);
         }),
+    );
+    const concentration = (src: MetricSources) => src.owner?.concentration();
+    gauge('fleet_ratelimit_concentration_ratio', 'As a shard owner: ratio to uniform (fleet × busiest node’s share of a key window) of windows swept lately, p50 and p95.', ['quantile'], (g) =>
+      each((src, node) => {
+        const c = concentration(src);
+        if (c?.p50 == null || c.p95 == null) return;
+        g.set({ node, quantile: '0.5' }, c.p50);
+        g.set({ node, quantile: '0.95' }, c.p95);
+      }),
+    );
+    gauge('fleet_ratelimit_concentration_windows', 'As a shard owner: key windows its concentration figures are measured over.', [], (g) =>
+      each((src, node) => g.set({ node }, concentration(src)?.samples ?? 0)),
     );
     gauge('fleet_ratelimit_buckets', 'Buckets held by this node (one per key and window length).', [], (g) => each((src, node) => g.set({ node }, src.node.buckets.size)));
     gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus?.fleetSize() ?? 1)));

@@ -10,7 +10,7 @@ import type { Acquired, Denied } from '../lib/lease-node.js';
 import { retryHeaders } from '../lib/retry-after.js';
 import { runningWindowEndMs } from '../lib/window.js';
 import { callOnLimited, withSkip } from './hooks.js';
-import { CallerResolver, type Caller } from './identify.js';
+import { ANONYMOUS, CallerResolver, type Caller } from './identify.js';
 import { claimNodeId } from './instances.js';
 import { parseOptions, type RateLimiterOptions } from './options.js';
 import { Runtime } from './runtime.js';
@@ -57,7 +57,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     releaseNodeId();
     throw err;
   }
-  const { node, quota, bus, events } = runtime;
+  const { node, quota, bus, events, history } = runtime;
   const { nodeId } = cfg;
   const capacity = new AdmissionCapacity(clock);
   const callers = new CallerResolver(cfg, hasher, logger);
@@ -97,6 +97,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
           return;
         }
       }
+      history?.sightings.note(keyId, caller.tenant === ANONYMOUS ? undefined : caller.tenant, routeClass, caller.limits);
       const result = node.acquire(keyId, caller.limits);
       if (result instanceof Promise) {
         const since = Number.isNaN(started) ? performance.now() : started;

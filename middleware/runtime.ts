@@ -7,6 +7,7 @@ import { LoopStalls } from '../bus/loop-stall.js';
 import { joinFleet } from '../bus/member.js';
 import type { PolicyFeed } from '../bus/policy-feed.js';
 import { RedisBus } from '../bus/redis.js';
+import { HistoryWriter } from '../bus/traffic-history.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
 import { LocalCounters } from '../lib/local-counters.js';
@@ -16,6 +17,9 @@ import { followStore, type LiveState } from './live-policy.js';
 import type { Config } from './options.js';
 import { fleetQuota, QuotaReader } from './quota.js';
 import { RELEASE } from './release.js';
+
+/** How often a node writes its traffic history (what it saw, the peaks of the windows its owner side swept). */
+const HISTORY_FLUSH_MS = 5000;
 
 /** What the runtime reads of the limiter's live state: the store's setters, and the policy in force. */
 export interface RuntimeState extends LiveState {
@@ -38,6 +42,8 @@ export class Runtime {
   readonly events: EventLog | undefined;
   /** With Redis: the stored policy and kill switch. */
   readonly feed: PolicyFeed | undefined;
+  /** With Redis: the traffic history policy staging judges candidates by (keys seen; the owner's window peaks). */
+  readonly history: HistoryWriter | undefined;
   /** This process's own event-loop stalls: exported, and not taken for owner silence. */
   readonly loop: LoopStalls;
   private readonly local: LocalCounters | undefined;
@@ -79,8 +85,11 @@ export class Runtime {
     this.events = shared === undefined ? undefined : new EventLog(shared.command, cfg.redis!.prefix, { ...cfg.redis!.events, clock, logger });
     // With Redis, the live policy and the kill switch come from the store (P4).
     this.feed = shared === undefined ? undefined : followStore(cfg.redis!, shared, state, logger);
+    this.history = shared === undefined ? undefined : new HistoryWriter(shared.command, cfg.redis!.prefix, clock, logger);
     const events = this.events;
     if (events !== undefined) this.every(250, () => void events.flush());
+    const history = this.history;
+    if (history !== undefined) this.every(HISTORY_FLUSH_MS, () => void history.flush());
     this.every(cfg.roundMs, () => this.round());
   }
 
@@ -102,6 +111,7 @@ export class Runtime {
       eventsDropped: this.events?.dropped ?? 0,
       release: RELEASE,
       schemaVersion: SCHEMA_VERSION,
+      ...(this.owner === undefined ? {} : { concentration: this.owner.concentration() }),
     };
   }
 
@@ -111,7 +121,7 @@ export class Runtime {
       for (const t of this.timers) clearInterval(t);
       this.loop.stop();
       this.feed?.close();
-      await this.events?.flush(true);
+      await Promise.all([this.events?.flush(true), this.history?.flush()]);
       if (this.ownBus) await this.bus?.close();
     })();
     return this.closing;
@@ -123,7 +133,7 @@ export class Runtime {
       this.node.endRound();
       const now = this.cfg.clock.now();
       if (now >= this.sweepAt) {
-        this.owner?.sweep(now);
+        this.owner?.sweep(now, this.history === undefined ? undefined : (...w) => this.history!.peaks.add(...w));
         this.sweepAt = now + 1000;
         this.bus?.publishStatus?.(this.status(now));
       }

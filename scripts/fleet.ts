@@ -27,8 +27,14 @@ export interface GatewayNode {
   kill(signal?: NodeJS.Signals): Promise<void>;
   /** Stops the process's whole world for `ms` (SIGSTOP, then SIGCONT), as a long GC or a starved CPU would. */
   pause(ms: number): Promise<void>;
-  /** Starts the node again with the same env, port and nodeId (stopping it first if it still runs); resolves when /healthz is 200. */
-  restart(): Promise<void>;
+  /**
+   * Starts the node again with the same env, port and nodeId (stopping it first if it still runs);
+   * resolves when /healthz is 200. `server` swaps its program for another build's demo server, as a
+   * rolling upgrade (or rollback) does.
+   */
+  restart(server?: string): Promise<void>;
+  /** The demo server script the node runs. */
+  readonly server: string;
   /** SIGTERM, then SIGKILL after 3 s; idempotent. */
   stop(): Promise<void>;
   /** Captured stdout+stderr so far, across restarts (empty with stdio 'inherit'). */
@@ -46,6 +52,8 @@ export interface FleetOptions {
   env?: Record<string, string>;
   /** 'pipe' (default) captures output for output(); 'inherit' shows it on this process's stdout/stderr. */
   stdio?: 'pipe' | 'inherit';
+  /** The demo server script node `index` runs (another build's `dist/demo/server.js`); this build's by default. */
+  server?: (index: number) => string;
   /** Called when a node's process exits without kill(), stop() or restart() having been asked for. */
   onExit?: (node: GatewayNode, code: number | null, signal: NodeJS.Signals | null) => void;
 }
@@ -103,6 +111,7 @@ class Gateway implements GatewayNode {
     readonly index: number,
     readonly port: number,
     private readonly env: Readonly<Record<string, string>>,
+    public server: string,
     private readonly stdio: 'pipe' | 'inherit',
     private readonly onExit: FleetOptions['onExit'],
   ) {
@@ -129,7 +138,7 @@ class Gateway implements GatewayNode {
     this.up = false;
     this.spawnError = undefined;
     this.stopping = undefined;
-    const child = spawn(process.execPath, [SERVER], {
+    const child = spawn(process.execPath, [this.server], {
       env: { ...this.env, PORT: String(this.port), NODE_ID: this.nodeId },
       stdio: this.stdio === 'inherit' ? ['ignore', 'inherit', 'inherit'] : ['ignore', 'pipe', 'pipe'],
     });
@@ -161,7 +170,7 @@ class Gateway implements GatewayNode {
   private async waitHealthy(child: ChildProcess): Promise<void> {
     const deadline = Date.now() + READY_TIMEOUT_MS;
     for (;;) {
-      if (this.spawnError) throw new Error(`${this.nodeId}: could not run ${process.execPath} ${SERVER}: ${this.spawnError.message}`);
+      if (this.spawnError) throw new Error(`${this.nodeId}: could not run ${process.execPath} ${this.server}: ${this.spawnError.message}`);
       if (exited(child)) {
         throw new Error(`${this.nodeId} (port ${this.port}) exited before it was ready (code ${child.exitCode}, signal ${child.signalCode}); its output:\n${this.outputForError()}`);
       }
@@ -216,8 +225,9 @@ class Gateway implements GatewayNode {
     return this.stopping;
   }
 
-  async restart(): Promise<void> {
+  async restart(server?: string): Promise<void> {
     await this.stop();
+    if (server !== undefined) this.server = server;
     await this.start();
   }
 }
@@ -238,7 +248,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const free = opts.basePort ? [] : await freePorts(2 * opts.nodes);
   const ports = opts.basePort ? Array.from({ length: opts.nodes }, (_, i) => opts.basePort! + i) : free.slice(0, opts.nodes);
   const nodeEnv = (i: number): Readonly<Record<string, string>> => (free.length === 0 || env.FAST_PATH_PORT !== undefined ? env : { ...env, FAST_PATH_PORT: String(free[opts.nodes + i]) });
-  const nodes = ports.map((port, i) => new Gateway(i, port, nodeEnv(i), opts.stdio ?? 'pipe', opts.onExit));
+  const nodes = ports.map((port, i) => new Gateway(i, port, nodeEnv(i), opts.server?.(i) ?? SERVER, opts.stdio ?? 'pipe', opts.onExit));
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopping ??= Promise.all(nodes.map((n) => n.stop())).then(() => undefined));
   const results = await Promise.allSettled(nodes.map((n) => n.start()));

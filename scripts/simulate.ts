@@ -1,4 +1,7 @@
 import { parseArgs } from 'node:util';
+import { TOP_K } from '../lib/owner/fold-age.js';
+import type { Allocation } from '../lib/policy.js';
+import { renderAllocations } from './sim/compare.js';
 import { SCENARIOS } from './sim/scenarios.js';
 import { simulate, type SimResult } from './sim/run.js';
 import { runStalls, type StallRun } from './sim/stalls.js';
@@ -11,7 +14,8 @@ import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type 
  *
  * `npm run simulate -- --sweep [--nodes 3,20,50] [--limits …] [--loads …] [--shapes …] [--window-ms …]
  * [--seeds …] [--json]`: the accuracy envelope, one cell per combination; a table of the worst cells
- * per fleet size and window, or one JSON line per cell.
+ * per fleet size and window, or one JSON line per cell. With `--allocations leasing,fixed-share` every
+ * cell runs once per allocation, and the table compares them per fleet size, window and shape.
  *
  * `npm run simulate -- --stalls [--seeds 1-200] [--json]`: safety under stop-the-world pauses, one
  * random fleet, pause schedule, clock steps and fault mix per seed (`scripts/sim/stalls.ts`).
@@ -19,7 +23,8 @@ import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type 
 const USAGE = [
   `usage: npm run simulate -- [--nodes 20] [--scenario ${SCENARIOS.map((s) => s.name).join('|')}|all] [--seed 1] [--duration 12] [--json]`,
   `       npm run simulate -- --sweep [--nodes 3,20,50] [--limits 5,10,50,100,1000,10000] [--loads 0.5,0.9,1,1.2,3,10]`,
-  `                           [--shapes ${SHAPES.join(',')}] [--window-ms 1000,60000] [--seeds 1] [--tail P:MS] [--json]`,
+  `                           [--shapes ${SHAPES.join(',')}] [--window-ms 1000,60000] [--seeds 1] [--tail P:MS]`,
+  `                           [--allocations leasing,fixed-share] [--json]`,
   `       npm run simulate -- --stalls [--seeds 1-200] [--json]`,
 ].join('\n');
 
@@ -64,6 +69,7 @@ function main(): void {
         'window-ms': { type: 'string' },
         seeds: { type: 'string' },
         tail: { type: 'string' },
+        allocations: { type: 'string' },
       },
     }));
   } catch (err) {
@@ -73,7 +79,7 @@ function main(): void {
   if (values.sweep && values.stalls) fail('--sweep and --stalls are two different runs');
   if (values.sweep) return sweep(values);
   if (values.stalls) return stalls(values);
-  for (const name of ['limits', 'loads', 'shapes', 'window-ms', 'seeds', 'tail'] as const) if (values[name] !== undefined) fail(`--${name} needs --sweep`);
+  for (const name of ['limits', 'loads', 'shapes', 'window-ms', 'seeds', 'tail', 'allocations'] as const) if (values[name] !== undefined) fail(`--${name} needs --sweep`);
   const nodes = positiveInt('nodes', values.nodes, 20);
   const seed = positiveInt('seed', values.seed, 1);
   const durationMs = positiveInt('duration', values.duration, 12) * 1000;
@@ -106,6 +112,7 @@ function sweep(values: {
   'window-ms'?: string;
   seeds?: string;
   tail?: string;
+  allocations?: string;
   json?: boolean;
   scenario?: string;
   seed?: string;
@@ -114,6 +121,8 @@ function sweep(values: {
   for (const name of ['scenario', 'seed', 'duration'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --sweep`);
   const shapes = (values.shapes ?? SHAPES.join(',')).split(',').map((t) => t.trim());
   for (const s of shapes) if (!(SHAPES as readonly string[]).includes(s)) fail(`--shapes: unknown shape "${s}" (known: ${SHAPES.join(', ')})`);
+  const allocations = values.allocations?.split(',').map((t) => t.trim());
+  for (const a of allocations ?? []) if (a !== 'leasing' && a !== 'fixed-share') fail(`--allocations: unknown allocation "${a}" (known: leasing, fixed-share)`);
   const cells = grid({
     nodes: numbers('nodes', values.nodes, [3, 20, 50], true),
     limits: numbers('limits', values.limits, [5, 10, 50, 100, 1000, 10000], true),
@@ -121,6 +130,7 @@ function sweep(values: {
     shapes: shapes as Shape[],
     windows: numbers('window-ms', values['window-ms'], [1000, 60000], true),
     seeds: numbers('seeds', values.seeds, [1], true),
+    ...(allocations === undefined ? {} : { allocations: allocations as Allocation[] }),
   });
   const tail = tailOf(values.tail);
   const results: CellResult[] = [];
@@ -129,7 +139,8 @@ function sweep(values: {
     results.push(r);
     if (values.json) process.stdout.write(`${JSON.stringify(r)}\n`);
   }
-  if (!values.json) process.stdout.write(renderSweep(results));
+  if (values.json) return;
+  process.stdout.write(allocations === undefined ? renderSweep(results) : renderAllocations(results, `npm run simulate -- ${process.argv.slice(2).join(' ')}`));
 }
 
 /** `--seeds A-B` (a range) or a comma-separated list. */
@@ -142,7 +153,8 @@ function seedsOf(text: string | undefined, fallback: number[]): number[] {
 }
 
 function stalls(values: { seeds?: string; json?: boolean; [other: string]: unknown }): void {
-  for (const name of ['scenario', 'seed', 'duration', 'nodes', 'limits', 'loads', 'shapes', 'window-ms', 'tail'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --stalls`);
+  for (const name of ['scenario', 'seed', 'duration', 'nodes', 'limits', 'loads', 'shapes', 'window-ms', 'tail', 'allocations'] as const)
+    if (values[name] !== undefined) fail(`--${name} does not apply to --stalls`);
   const runs: StallRun[] = [];
   for (const seed of seedsOf(
     values.seeds,
@@ -151,9 +163,17 @@ function stalls(values: { seeds?: string; json?: boolean; [other: string]: unkno
     const run = runStalls(seed);
     runs.push(run);
     if (values.json)
-      process.stdout.write(`${JSON.stringify({ ...run.result, pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ ...withoutFoldAges(run.result), pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`,
+      );
   }
   if (!values.json) process.stdout.write(renderStalls(runs));
+}
+
+/** A stalls run's result as printed: its fold ages are not among the figures of that run. */
+function withoutFoldAges(r: SimResult): Omit<SimResult, 'foldAgeOtherP99Rounds' | 'foldAgeTopP99Rounds'> {
+  const { foldAgeOtherP99Rounds: _other, foldAgeTopP99Rounds: _top, ...rest } = r;
+  return rest;
 }
 
 function renderStalls(runs: StallRun[]): string {
@@ -225,7 +245,7 @@ function renderSweep(results: CellResult[]): string {
 }
 
 function render(results: SimResult[], nodes: number, seed: number, durationMs: number): string {
-  const head = ['scenario', 'windows', 'offered', 'admitted', 'over %', 'under %', 'fast path %', 'rtt p50/p99 ms', 'max outst.', 'self-grants', 'msgs/node/s'];
+  const head = ['scenario', 'windows', 'offered', 'admitted', 'over %', 'under %', 'fast path %', 'rtt p50/p99 ms', 'fold age p99 other/top', 'max outst.', 'self-grants', 'msgs/node/s'];
   const rows = results.map((r) =>
     [
       r.scenario,
@@ -236,6 +256,7 @@ function render(results: SimResult[], nodes: number, seed: number, durationMs: n
       r.underPct,
       r.fastPathPct,
       `${r.fastPathRttP50Ms ?? '-'}/${r.fastPathRttP99Ms ?? '-'}`,
+      `${r.foldAgeOtherP99Rounds ?? '-'}/${r.foldAgeTopP99Rounds ?? '-'}`,
       r.maxOutstandingRatio,
       r.selfGrants,
       r.messagesPerNodePerSec,
@@ -251,6 +272,7 @@ function render(results: SimResult[], nodes: number, seed: number, durationMs: n
     line(head),
     ...rows.map(line),
     '',
+    `  fold age: p99 rounds from a report batch entering the bus to its owner folding a report of it, for keys outside / among each owner's top ${TOP_K} by fold work`,
     ...notes,
     '',
   ].join('\n');

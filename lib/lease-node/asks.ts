@@ -40,10 +40,12 @@ export abstract class NodeAsks extends NodeMessages {
       (grants) => {
         subject.asking = undefined;
         if (grants === undefined) {
-          this.askMissed();
+          // An owner side in this process that missed the deadline (it waits for its round reply)
+          // says nothing about the network: no hedging for it.
+          if (remote) this.askMissed();
           this.stats.fastPathTimeouts++;
         } else {
-          this.askAnswered();
+          if (remote) this.askAnswered();
           this.settle(requests, grants);
         }
       },
@@ -100,6 +102,7 @@ export abstract class NodeAsks extends NodeMessages {
         need: cost - b.credit,
         demand: this.demandOf(b),
         fastPath: true,
+        ...(subject.limits.fixedShare ? { fixedShare: true } : {}),
       });
     }
     if (requests.length === 0) return this.deny(subject, cost, 'refused');

@@ -22,7 +22,7 @@ export abstract class NodeReports extends NodeDemand {
   protected reportNow(s: Subject, b: Bucket, windowMs: number): void {
     const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
     if (b.windowEnd <= this.clock.now() || this.link.local?.(shard) === true) return;
-    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b)], 0);
+    this.send(shard, [this.report(s.keyId, windowMs, this.limitOf(s.keyId, windowMs), b, s.limits.fixedShare)], 0);
   }
 
   /**
@@ -55,10 +55,13 @@ export abstract class NodeReports extends NodeDemand {
     else list.push(report);
   }
 
-  /** The report for the window after the bucket's current one: nothing spent yet, the current demand. */
-  protected nextReport(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
+  /**
+   * The report for the window after the bucket's current one: nothing spent yet, the current demand.
+   * `fixed`: its plan allocates a fixed share per node (said only when so).
+   */
+  protected nextReport(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
     const next = b.nextWindowId === b.windowId + 1;
-    return {
+    const r: Report = {
       keyId,
       windowId: b.windowId + 1,
       windowMs,
@@ -73,11 +76,12 @@ export abstract class NodeReports extends NodeDemand {
       held: next ? b.nextIssued : 0,
       selfGrant: false,
     };
+    return fixed ? { ...r, fixedShare: true } : r;
   }
 
   /** The report of the bucket's current window: its cumulative counts and the demand it advertises. */
-  protected report(keyId: string, windowMs: number, limit: number, b: Bucket): Report {
-    return {
+  protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
+    const r: Report = {
       keyId,
       windowId: b.windowId,
       windowMs,
@@ -91,6 +95,8 @@ export abstract class NodeReports extends NodeDemand {
       demand: this.demandOf(b),
       held: Math.max(0, b.credit),
       selfGrant: b.selfIssued > 0,
+      seen: b.seen,
     };
+    return fixed ? { ...r, fixedShare: true } : r;
   }
 }

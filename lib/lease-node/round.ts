@@ -84,9 +84,11 @@ export abstract class NodeRound extends NodeAsks {
         // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
         // a lull of a few rounds is not the end of a key's traffic on this node.
         b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
+        b.seen += b.roundDemand;
         // What it gives back is reported this round, even by a bucket that saw no request. Not right
         // after a request was told to retry in a round: a late answer's credit is kept for the retry.
-        if (this.roundNo - s.shortRound > 1) this.shed(b, now);
+        // A fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).
+        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
         // one's rate is forgotten, or what is left of it would outlive its key's traffic here.
@@ -97,12 +99,12 @@ export abstract class NodeRound extends NodeAsks {
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
         if (!idle || b.selfIssued > 0 || this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
-          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b));
+          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
           if (!idle) b.reportedRound = this.roundNo;
         }
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
         if (b.windowEnd - now <= AHEAD_ROUNDS * this.cfg.roundMs) {
-          this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b));
+          this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
         }
         b.roundDemand = 0;
         b.dirty = false;
@@ -128,12 +130,12 @@ export abstract class NodeRound extends NodeAsks {
       if (b.windowEnd <= now) return;
       if (b.credit > 0) b.released += b.credit;
       const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
-      const report = this.report(subject.keyId, w.windowMs, w.limit, b);
+      const report = this.report(subject.keyId, w.windowMs, w.limit, b, subject.limits.fixedShare);
       if (b.selfIssued > 0) this.evictedSelfGrants.set(`${subject.keyId}|${w.windowMs}|${b.lease}`, { shard, report, end: b.windowEnd });
       else this.evictedReports.push({ shard, report });
       // Credit granted ahead for the next window goes back to that window's owner.
       if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0) {
-        const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b);
+        const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b, subject.limits.fixedShare);
         this.evictedReports.push({ shard: shardOf(subject.keyId, b.windowId + 1, this.cfg.shards), report: { ...ahead, released: b.nextIssued, held: 0 } });
       }
     });

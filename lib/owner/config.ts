@@ -10,8 +10,11 @@ export interface FleetView {
    * round of that process's report batches for the shard this owner has folded.
    */
   unsettled(shard: number, folded: (nodeEpoch: string, shard: number) => number): readonly string[];
-  /** Whether `nodeId` reappeared less than a round ago: no grants to it yet (L5). */
-  rejoining(nodeId: string): boolean;
+  /**
+   * Whether `nodeId` reappeared less than a round ago: no grants to its process `nodeEpoch` yet (L5).
+   * Never this owner's own process: it hears its own node in process, not through heartbeats.
+   */
+  rejoining(nodeId: string, nodeEpoch: string): boolean;
 }
 
 /** Settings of the owner side of the protocol. */

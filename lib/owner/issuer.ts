@@ -123,6 +123,14 @@ export class Issuer {
     }
   }
 
+  /** Tells one lease the window has nothing left for it (a fixed share: its share and the reserve are gone). */
+  exhaust(l: Ledger, lease: Lease): void {
+    if (lease.exhaustedAt >= 0 && lease.exhaustedAt >= lease.grantedAt) return;
+    lease.exhaustedAt = roundNow(this.cfg);
+    this.outbox.push(this.adjust(l, lease, { keep: -1, exhausted: true }));
+    this.stats.exhaustedNotices++;
+  }
+
   /**
    * Credit came back after the window was announced exhausted (a node gave back what it stopped
    * using): the leases told so may ask again, or requests under the limit would be refused while the

@@ -18,10 +18,13 @@ export class NodeReports {
     private readonly stats: FoldOwnerStats,
   ) {}
 
-  /** Whether grants to `nodeId` are held back: it is rejoining (L5) or self-granted less than a round ago (F4). */
-  withheld(nodeId: string): boolean {
+  /**
+   * Whether grants to process `nodeEpoch` of `nodeId` are held back: it is rejoining (L5) or
+   * self-granted less than a round ago (F4).
+   */
+  withheld(nodeId: string, nodeEpoch: string): boolean {
     const seen = this.selfGrantSeen.get(nodeId);
-    const w = this.cfg.fleet.rejoining(nodeId) || (seen !== undefined && this.cfg.clock.monotonic() - seen < this.cfg.roundMs);
+    const w = this.cfg.fleet.rejoining(nodeId, nodeEpoch) || (seen !== undefined && this.cfg.clock.monotonic() - seen < this.cfg.roundMs);
     if (w) this.stats.withheld++;
     return w;
   }
@@ -37,6 +40,7 @@ export class NodeReports {
     // owner's, or one from before the ledger was swept) is still committed.
     lease.issued = Math.max(lease.issued, r.issued);
     lease.reported = Math.max(lease.reported, r.issued);
+    if (r.seen !== undefined) lease.seen = Math.max(lease.seen, r.seen);
     this.absorb(nodeId, lease, r, r.selfGrant);
     lease.demand = r.demand;
     this.stats.reportsMerged++;

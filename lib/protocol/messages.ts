@@ -28,6 +28,8 @@ export interface CreditRequest {
   readonly demand: number;
   /** True on the fast path: only such requests may draw on the reserve. */
   readonly fastPath: boolean;
+  /** The window's plan allocates a fixed share per node (`allocation: fixed-share`); absent: leasing. */
+  readonly fixedShare?: boolean;
 }
 
 /** Which lease, in which window, an owner's message is about. */
@@ -103,6 +105,13 @@ export interface Report {
   readonly held: number;
   /** Set in every report of a bucket that self-granted in this window. */
   readonly selfGrant: boolean;
+  /** The window's plan allocates a fixed share per node (`allocation: fixed-share`); absent: leasing. */
+  readonly fixedShare?: boolean;
+  /**
+   * Requests the node has seen for this lease in the window, admitted or not, up to its last round
+   * (absent from releases before it was reported: the owner falls back to `spent`).
+   */
+  readonly seen?: number;
 }
 
 /** Everything one node reports for one shard in one round: one bus entry. */

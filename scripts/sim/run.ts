@@ -3,7 +3,8 @@ import { joinFleet } from '../../bus/member.js';
 import type { Clock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
-import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { mergeConcentration } from '../../lib/owner/concentration.js';
+import { compilePolicy, type Allocation, type ResolvedLimits } from '../../lib/policy.js';
 import { quantile } from '../../lib/quantile.js';
 import { phaseOffset, windowIdAt, windowStartMs } from '../../lib/window.js';
 import { EventQueue, nextArrival, seededRandom } from './queue.js';
@@ -22,6 +23,20 @@ export interface SimOptions {
   /** A slow tail of the bus: with probability `p` a message takes up to `ms` more. */
   readonly tail?: { readonly p: number; readonly ms: number };
   readonly shards: number;
+  /**
+   * How the keys' plans allocate credit; when given (either way) the result also says which, and the
+   * concentration the owners measured (`lib/owner/concentration.ts`). Absent: leasing, figures as before.
+   */
+  readonly allocation?: Allocation;
+}
+
+/** What a run with `allocation` set adds: the allocation, and the owners' concentration, merged. */
+export interface AllocationFigures {
+  allocation: Allocation;
+  /** Key windows the owners measured, and the p50 / p95 ratio to uniform (bucket bounds; null: none). */
+  concentrationSamples: number;
+  concentrationP50: number | null;
+  concentrationP95: number | null;
 }
 
 /**
@@ -49,6 +64,12 @@ export interface SimResult {
   fastPathPct: number;
   fastPathRttP50Ms: number | null;
   fastPathRttP99Ms: number | null;
+  /**
+   * p99 fold age after the warm-up, in rounds: from a report batch entering the bus to its owner
+   * folding each report of it, for the owners' top keys (`TopKeys`) and for every other key.
+   */
+  foldAgeOtherP99Rounds: number | null;
+  foldAgeTopP99Rounds: number | null;
   maxOutstandingRatio: number;
   selfGrants: number;
   messagesPerNodePerSec: number;
@@ -65,7 +86,7 @@ interface Member {
 }
 
 /** Runs `scenario` on a fleet of `opts.nodes` members in one process, on a virtual clock. */
-export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
+export function simulate(scenario: Scenario, opts: SimOptions): SimResult & Partial<AllocationFigures> {
   const random = seededRandom(opts.seed);
   const queue = new EventQueue(START);
   const clock = queue.clock;
@@ -110,8 +131,17 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     reserveRatio: 0.02,
     degradedAfterMs: 30_000,
   });
+  // Fold ages of reports folded after the warm-up, per class of key.
+  const ages = { top: [] as number[], other: [] as number[] };
+  const join = (i: number, epoch: number): Member => {
+    const m = joinFleet(bus, settings(i, epoch), clocks[i]!);
+    m.owner.foldAges.watcher = (ms, top) => {
+      if (clock.now() >= START + WARMUP_MS) (top ? ages.top : ages.other).push(ms / opts.roundMs);
+    };
+    return m;
+  };
   const members: Member[] = [];
-  for (let i = 0; i < opts.nodes; i++) members.push(joinFleet(bus, settings(i, 1), clocks[i]!));
+  for (let i = 0; i < opts.nodes; i++) members.push(join(i, 1));
   const retired: Member[] = [];
 
   // Rounds: every node every T, at its own phase.
@@ -150,16 +180,16 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     });
     queue.at(START + r.atMs + r.downMs, () => {
       retired.push(members[r.node]!);
-      members[r.node] = joinFleet(bus, settings(r.node, 2), clocks[r.node]!);
+      members[r.node] = join(r.node, 2);
       isolated.delete(`n${r.node}`);
       drained.delete(r.node);
     });
   }
 
   // Traffic and accounting.
-  const traffic = scenario.keys(opts.nodes, random);
-  const limits = compileLimits(traffic, opts.windowMs);
-  const keyIds = traffic.map((_, i) => `v1:sim${String(i).padStart(19, '0')}`);
+  const traffic = scenario.keys(opts.nodes, random, { shards: opts.shards, windowMs: opts.windowMs });
+  const limits = compileLimits(traffic, opts.windowMs, opts.allocation);
+  const keyIds = traffic.map((t, i) => t.keyId ?? `v1:sim${String(i).padStart(19, '0')}`);
   const offsets = keyIds.map((k) => phaseOffset(k, opts.windowMs));
   /** Per key and window id: requests offered and admitted, and the boundary self-grants made into it (F4). */
   const counts = traffic.map(() => new Map<number, { offered: number; admitted: number; selfGranted: number }>());
@@ -297,7 +327,23 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
   const fastPath = all.reduce((n, m) => n + m.node.stats.fastPath, 0);
   const rtts = [...bus.stats.fastPathRttMs].sort((a, b) => a - b);
   const pct = (x: number): number => Math.round(x * 10_000) / 10_000;
-  return {
+  const p99 = (xs: number[]): number | null =>
+    xs.length
+      ? pct(
+          quantile(
+            xs.sort((a, b) => a - b),
+            0.99,
+          ),
+        )
+      : null;
+  let extra: AllocationFigures | undefined;
+  if (opts.allocation !== undefined) {
+    // Every window that has ended measured: the owners' last sweep may be 40 rounds old.
+    for (const [i, m] of members.entries()) m.owner.sweep(clocks[i]!.now());
+    const c = mergeConcentration(all.map((m) => m.owner.concentration()));
+    extra = { allocation: opts.allocation, concentrationSamples: c.samples, concentrationP50: c.p50, concentrationP95: c.p95 };
+  }
+  const result: SimResult = {
     scenario: scenario.name,
     nodes: opts.nodes,
     seed: opts.seed,
@@ -313,11 +359,14 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult {
     fastPathPct: pct((100 * (fastPath - fastPathAtWarmup)) / Math.max(1, offered - offeredAtWarmup)),
     fastPathRttP50Ms: rtts.length ? pct(quantile(rtts, 0.5)) : null,
     fastPathRttP99Ms: rtts.length ? pct(quantile(rtts, 0.99)) : null,
+    foldAgeOtherP99Rounds: p99(ages.other),
+    foldAgeTopP99Rounds: p99(ages.top),
     maxOutstandingRatio: pct(maxOutstanding),
     selfGrants: all.reduce((n, m) => n + m.node.stats.selfGrants, 0),
     messagesPerNodePerSec: Math.round(bus.stats.messages / opts.nodes / (opts.durationMs / 1000)),
     invariantViolations,
   };
+  return extra === undefined ? result : { ...result, ...extra };
 }
 
 /** Index of the first cumulative weight above `u`. */
@@ -333,9 +382,9 @@ function weighted(cumulative: readonly number[], u: number): number {
 }
 
 /** One single-window plan per distinct limit, resolved once. */
-function compileLimits(traffic: readonly KeyTraffic[], windowMs: number): ResolvedLimits[] {
+function compileLimits(traffic: readonly KeyTraffic[], windowMs: number, allocation?: Allocation): ResolvedLimits[] {
   const distinct = [...new Set(traffic.map((t) => t.limit))];
-  const plans = Object.fromEntries(distinct.map((l) => [`p${l}`, { windows: [{ name: 'w', limit: l, windowMs }] }]));
+  const plans = Object.fromEntries(distinct.map((l) => [`p${l}`, { windows: [{ name: 'w', limit: l, windowMs }], ...(allocation === undefined ? {} : { allocation }) }]));
   const tenants = Object.fromEntries(distinct.map((l) => [`t${l}`, { plan: `p${l}` }]));
   const policy = compilePolicy({ version: 1, plans, tenants, defaultPlan: `p${distinct[0]}`, anonymousPlan: `p${distinct[0]}` });
   return traffic.map((t) => policy.limitsFor('v1:none', `t${t.limit}`));

@@ -1,5 +1,9 @@
+import { fnv1a32 } from '../../lib/hash.js';
+
 /** Traffic of one key in a simulated run. */
 export interface KeyTraffic {
+  /** Its key id (default: one made from its index). */
+  readonly keyId?: string;
   readonly limit: number;
   /** Mean requests per second while the key is sending. */
   readonly rate: number;
@@ -57,7 +61,7 @@ export interface ClockStep {
 export interface Scenario {
   readonly name: string;
   readonly description: string;
-  readonly keys: (nodes: number, random: () => number) => KeyTraffic[];
+  readonly keys: (nodes: number, random: () => number, layout: { readonly shards: number; readonly windowMs: number }) => KeyTraffic[];
   readonly isolations?: readonly Isolation[];
   readonly restarts?: readonly Restart[];
   readonly pauses?: readonly Pause[];
@@ -75,6 +79,44 @@ const KEYS = 20;
 const OVERLOAD = 1.2;
 
 const uniformKeys = (): KeyTraffic[] => Array.from({ length: KEYS }, () => ({ limit: LIMIT, rate: LIMIT * OVERLOAD, evaluated: true }));
+
+const HOT = `v1:hot${'0'.repeat(19)}`;
+const STORM_RATE = 10_000;
+const CO_TENANTS = 2000;
+
+/**
+ * `count` key ids on the same shard as `keyId` in every window of length `windowMs`. A key's phase
+ * offset is hash(key) mod W and its shard (hash(key) xor f(window id)) mod shards, so with a
+ * power-of-two shard count the keys whose hashes agree with its own modulo lcm(W, shards) have its
+ * windows, and the same shard in each.
+ */
+export function coTenants(keyId: string, { shards, windowMs }: { readonly shards: number; readonly windowMs: number }, count: number): string[] {
+  if ((shards & (shards - 1)) !== 0) throw new Error(`co-tenants on one shard in every window need a power-of-two shard count, got ${shards}`);
+  const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b));
+  const period = (windowMs / gcd(windowMs, shards)) * shards;
+  const want = fnv1a32(keyId) % period;
+  const out: string[] = [];
+  // FNV-1a carried on from a prefix's hash over three more characters: a candidate costs one step.
+  const step = (h: number, c: number): number => Math.imul(h ^ c, 0x01000193);
+  for (let p = 0; out.length < count; p++) {
+    const prefix = `v1:cot${String(p).padStart(16, '0')}`;
+    const h0 = fnv1a32(prefix);
+    for (const a of ID_CHARS) {
+      const h1 = step(h0, a.charCodeAt(0));
+      for (const b of ID_CHARS) {
+        const h2 = step(h1, b.charCodeAt(0));
+        for (const c of ID_CHARS) {
+          if ((step(h2, c.charCodeAt(0)) >>> 0) % period !== want) continue;
+          out.push(prefix + a + b + c);
+          if (out.length === count) return out;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const ID_CHARS = [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'];
 
 /** Every scenario the simulator knows, by name. */
 export const SCENARIOS: readonly Scenario[] = [
@@ -97,6 +139,14 @@ export const SCENARIOS: readonly Scenario[] = [
     name: 'hot-key',
     description: 'one key at 150 req/s (limit 100/s) beside 10,000 background keys at 0.1 req/s (limit 10/s); figures for the hot key',
     keys: () => [{ limit: 100, rate: 150, evaluated: true }, ...Array.from({ length: 10_000 }, () => ({ limit: 10, rate: 0.1, evaluated: false }))],
+  },
+  {
+    name: 'hot-key-storm',
+    description: `one key at ${STORM_RATE.toLocaleString('en')} req/s (100× its limit of 100/s) spread over every node, beside ${CO_TENANTS.toLocaleString('en')} keys at 1 req/s (limit 10/s) on its shard in every window; figures for the hot key`,
+    keys: (_nodes, _random, layout) => [
+      { keyId: HOT, limit: 100, rate: STORM_RATE, evaluated: true },
+      ...coTenants(HOT, layout, CO_TENANTS).map((keyId) => ({ keyId, limit: 10, rate: 1, evaluated: false })),
+    ],
   },
   {
     name: 'restart',

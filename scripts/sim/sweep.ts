@@ -1,5 +1,6 @@
+import type { Allocation } from '../../lib/policy.js';
 import type { KeyTraffic, Scenario } from './scenarios.js';
-import { simulate, type SimResult } from './run.js';
+import { simulate, type AllocationFigures, type SimResult } from './run.js';
 
 /** Traffic shapes of the sweep: how one key's requests spread over nodes and time. */
 export const SHAPES = ['spread', 'pinned', 'zipf', 'ramp', 'churn', 'onoff'] as const;
@@ -15,10 +16,12 @@ export interface Cell {
   readonly shape: Shape;
   readonly windowMs: number;
   readonly seed: number;
+  /** How the plan allocates credit (`--allocations`); absent: leasing, and the figures as before. */
+  readonly allocation?: Allocation;
 }
 
 /** What a cell measured (the simulator's figures, one JSON line each with --json). */
-export type CellResult = Cell & Omit<SimResult, 'scenario' | 'nodes' | 'seed' | 'windowMs'>;
+export type CellResult = Cell & Omit<SimResult, 'scenario' | 'nodes' | 'seed' | 'windowMs' | 'foldAgeOtherP99Rounds' | 'foldAgeTopP99Rounds'> & Partial<Omit<AllocationFigures, 'allocation'>>;
 
 /** Requests per window a cell offers at most, over all its keys (keeps every cell a few seconds). */
 const REQUESTS_PER_WINDOW = 20_000;
@@ -105,6 +108,8 @@ export function runCell(cell: Cell, tail?: Tail): CellResult {
     nodes: _nodes,
     seed: _seed,
     windowMs: _windowMs,
+    foldAgeOtherP99Rounds: _foldAgeOther,
+    foldAgeTopP99Rounds: _foldAgeTop,
     ...measured
   } = simulate(scenario, {
     nodes: cell.nodes,
@@ -116,6 +121,7 @@ export function runCell(cell: Cell, tail?: Tail): CellResult {
     jitterMs: 0.1,
     shards: 64,
     ...(tail !== undefined ? { tail } : {}),
+    ...(cell.allocation !== undefined ? { allocation: cell.allocation } : {}),
   });
   return { ...cell, ...measured };
 }
@@ -131,11 +137,17 @@ export function meetsTargets(r: CellResult): boolean {
   return r.overPct <= t.over && r.underPct <= t.under && r.falseDenialPct <= t.falseDenial && r.invariantViolations === 0;
 }
 
-/** Every combination of the given values, in a stable order. */
-export function grid(g: { nodes: number[]; limits: number[]; loads: number[]; shapes: Shape[]; windows: number[]; seeds: number[] }): Cell[] {
+/** Every combination of the given values, in a stable order; with `allocations`, each cell once per allocation. */
+export function grid(g: { nodes: number[]; limits: number[]; loads: number[]; shapes: Shape[]; windows: number[]; seeds: number[]; allocations?: Allocation[] }): Cell[] {
   const cells: Cell[] = [];
   for (const windowMs of g.windows)
     for (const nodes of g.nodes)
-      for (const shape of g.shapes) for (const limit of g.limits) for (const load of g.loads) for (const seed of g.seeds) cells.push({ nodes, limit, load, shape, windowMs, seed });
+      for (const shape of g.shapes)
+        for (const limit of g.limits)
+          for (const load of g.loads)
+            for (const seed of g.seeds) {
+              if (g.allocations === undefined) cells.push({ nodes, limit, load, shape, windowMs, seed });
+              else for (const allocation of g.allocations) cells.push({ nodes, limit, load, shape, windowMs, seed, allocation });
+            }
   return cells;
 }

@@ -1,8 +1,7 @@
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
@@ -10,69 +9,17 @@ import { PolicyStore } from '../../bus/policy-store.js';
 import { StoreSigner } from '../../bus/store-signature.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import type { PolicyDoc } from '../../lib/policy.js';
-import { shardOf } from '../../lib/protocol/messages.js';
-import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { phaseOffset } from '../../lib/window.js';
 import { startFleet, type Fleet, type GatewayNode } from '../../scripts/fleet.js';
 import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import { drive, hourKey, writeHourPolicy, type HourKey } from '../support/hour-keys.js';
 import { statusAfterRetries } from '../support/http.js';
 import { waitFor } from '../support/wait.js';
 
-const HOUR = 3_600_000;
 const KEY_HASH_SECRET = 'cluster-e2e-key-hash-secret';
 const SCENARIOS = ['pinned', 'round-robin', 'kill', 'restart', 'stall', 'outage', 'after'] as const;
 const hasher = new KeyHasher([{ version: 'v1', secret: KEY_HASH_SECRET }]);
-
-/** The demo policy with four 1000-per-hour keys per scenario (each scenario needs a fresh allowance). */
-function writePolicy(dir: string): string {
-  const demo = JSON.parse(readFileSync(fileURLToPath(new URL('../../../demo/policy.json', import.meta.url)), 'utf8')) as {
-    demoKeys: Record<string, unknown>;
-    policy: Record<string, unknown>;
-  };
-  for (const s of SCENARIOS) for (let i = 0; i < 4; i++) demo.demoKeys[`hour-${s}-${i}`] = { tenant: `t-${s}-${i}`, plan: 'hour' };
-  demo.demoKeys['policy-probe'] = { tenant: 't-probe', plan: 'hour' };
-  delete demo.policy.capacity;
-  const path = join(dir, 'policy.json');
-  writeFileSync(path, JSON.stringify(demo));
-  return path;
-}
-
-/** A scenario's key whose hourly window does not end within the next two minutes. */
-function keyFor(scenario: (typeof SCENARIOS)[number]): { key: string; keyId: string; shard: number } {
-  for (let i = 0; i < 4; i++) {
-    const key = `hour-${scenario}-${i}`;
-    const keyId = hasher.hash(key);
-    const offset = phaseOffset(keyId, HOUR);
-    const windowId = windowIdAt(Date.now(), HOUR, offset);
-    if (windowEndMs(windowId, HOUR, offset) - Date.now() > 120_000) return { key, keyId, shard: shardOf(keyId, windowId, 64) };
-  }
-  throw new Error('every candidate key is about to roll over');
-}
-
-/**
- * Sends `n` GETs as `key`, spread over `nodes` by `pick`, four at a time; counts the statuses. A
- * request whose kept-alive connection was reset (a process just back from SIGSTOP closing sockets
- * idle past its keep-alive timeout as the client reuses them) counts as status 0: it may or may not
- * have been admitted.
- */
-async function drive(nodes: readonly GatewayNode[], key: string, n: number, pick: (i: number) => number): Promise<Record<number, number>> {
-  const counts: Record<number, number> = {};
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    for (let i = next++; i < n; i = next++) {
-      let status = 0;
-      try {
-        const res = await fetch(`${nodes[pick(i) % nodes.length]!.url}/api/hello`, { headers: { 'x-api-key': key } });
-        await res.body?.cancel();
-        status = res.status;
-      } catch (err) {
-        if ((err as { cause?: { code?: string } }).cause?.code !== 'ECONNRESET') throw err;
-      }
-      counts[status] = (counts[status] ?? 0) + 1;
-    }
-  };
-  await Promise.all([worker(), worker(), worker(), worker()]);
-  return counts;
-}
+const keyFor = (scenario: (typeof SCENARIOS)[number]): HourKey => hourKey(hasher, scenario);
 
 /** GET `url` as `key`: its status, whether it said degraded, and how long it took. */
 async function probe(url: string, key: string): Promise<{ status: number; degraded: boolean; ms: number }> {
@@ -94,7 +41,7 @@ describe('a fleet of three gateway processes on one Redis (demo-hour: 1000 per h
     redis = await startRedis();
     raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     dir = mkdtempSync(join(tmpdir(), 'frl-cluster-'));
-    policyPath = writePolicy(dir);
+    policyPath = writeHourPolicy(dir, SCENARIOS);
     fleet = await startFleet({ nodes: 3, redisUrl: redis.url, env: { KEY_HASH_SECRET, POLICY_FILE: policyPath, DEGRADED_AFTER_MS: '3000' } });
   });
   after(async () => {

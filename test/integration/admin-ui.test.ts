@@ -109,6 +109,9 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
     // The node's row: id, release, policy 1, enforcing, not degraded, a fold age, 8 shards.
     expect(page).to.include(`<tr><td>ui-node</td><td>${RELEASE} (schema ${SCHEMA_VERSION})</td><td>1</td><td>yes</td><td>no</td>`);
     expect(page).to.match(/<td>no<\/td><td>\d+ ms<\/td><td>8<\/td>/);
+    // Concentration: a column per node, the fleet's figure and the gate's verdict (none yet: no busy window ended).
+    expect(page).to.include('<th>Concentration p50 / p95 (windows)</th>');
+    expect(page).to.include('<dd data-verdict="insufficient">-: too few busy key windows measured yet (gate: p95 ≤ 1.5× uniform, ≥ 100 windows)</dd>');
 
     // A member speaking another bus schema (its envelopes and ours refuse each other): not ok.
     const keys = new KeySchema(prefix);
@@ -135,6 +138,8 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
     ]);
     page = (await request(app).get('/admin/ui').set(as(ADMIN)).expect(200)).text;
     expect(page).to.include('Nodes speak different bus schema versions');
+    // Its status, of a release before concentration was published, has none: buckets 0, '-', events dropped 0.
+    expect(page).to.match(/<tr><td>next-node<\/td>.*<td>0<\/td><td>-<\/td><td>0<\/td>/);
     await raw.zrem(keys.ctl('members'), 'next-node');
 
     await request(app).post('/admin/v1/kill-switch').set(as(GLASS)).send({ enforce: false, reason: 'ui check: switch off' }).expect(200);

@@ -77,11 +77,11 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
     await raw.xadd(events, `${now - EVENTS_RETENTION_MS + DAY}-0`, 'keyId', 'v1:recent');
     await raw.xadd(audit, `${now - AUDIT_RETENTION_MS - DAY}-0`, 'action', 'ancient');
     await raw.xadd(audit, `${now - AUDIT_RETENTION_MS + DAY}-0`, 'action', 'kept');
-    expect(await retention(raw, store, prefix, now)).to.deep.equal({ eventsDeleted: 1, auditDeleted: 1 });
+    expect(await retention(raw, store, prefix, now)).to.deep.equal({ eventsDeleted: 1, auditDeleted: 1, historyHoursDeleted: 0 });
     expect((await raw.xrange(events, '-', '+')).map(([, f]) => f[1])).to.deep.equal(['v1:recent']);
     const actions = (await store.auditLog(10)).map((e) => e.action);
     expect(actions).to.deep.equal(['retention', 'kept']);
-    expect(await retention(raw, store, prefix, now)).to.deep.equal({ eventsDeleted: 0, auditDeleted: 0 });
+    expect(await retention(raw, store, prefix, now)).to.deep.equal({ eventsDeleted: 0, auditDeleted: 0, historyHoursDeleted: 0 });
     expect((await store.auditLog(10)).length).to.equal(2);
   });
 

@@ -148,3 +148,31 @@ describe('accuracy sweep: the cells the envelope was failing now meet their targ
     });
   }
 });
+
+describe('accuracy sweep: leasing against a fixed share per node', function () {
+  this.timeout(120_000);
+
+  it('runs each cell once per allocation when asked, and as before when not', () => {
+    const cells = grid({ nodes: [3], limits: [100], loads: [1], shapes: ['spread', 'pinned'], windows: [1000], seeds: [1], allocations: ['leasing', 'fixed-share'] });
+    expect(cells.map((c) => `${c.shape}/${c.allocation}`)).to.deep.equal(['spread/leasing', 'spread/fixed-share', 'pinned/leasing', 'pinned/fixed-share']);
+    expect(grid({ nodes: [3], limits: [100], loads: [1], shapes: ['spread'], windows: [1000], seeds: [1] })[0]).to.not.have.property('allocation');
+  });
+
+  it('caps a pinned key at its share plus the reserve under fixed share; leasing serves it whole; both stay safe', () => {
+    const pinned = { nodes: 3, limit: 300, load: 1, shape: 'pinned' as const };
+    const leasing = runCell(cell({ ...pinned, allocation: 'leasing' }));
+    const fixed = runCell(cell({ ...pinned, allocation: 'fixed-share' }));
+    expect(leasing.underPct).to.be.at.most(1.5);
+    // ⌊300 / 3⌋ + 6 of 300 admitted a window: about 65 % refused under the limit.
+    expect(fixed.underPct).to.be.within(60, 70);
+    for (const r of [leasing, fixed]) {
+      expect(r.overPct).to.equal(0);
+      expect(r.invariantViolations).to.equal(0);
+      // Every window of a pinned key: all of it on one node of three.
+      expect([r.concentrationP50, r.concentrationP95]).to.deep.equal([3, 3]);
+      expect(r.concentrationSamples).to.be.above(0);
+    }
+    // Without an allocation asked for, the figures are the sweep's as before.
+    expect(runCell(cell(pinned))).to.not.have.property('concentrationP95');
+  });
+});

@@ -57,9 +57,54 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const f = codec.seal('reports', batch);
     const body = JSON.parse(f.b) as { reports: unknown[][] } & Record<string, unknown>;
     body.compression = 'none';
-    body.reports[0]!.push(42, 'future');
+    // After the last fields this release knows (`fixedShare`, 0 when not set, and `seen`).
+    body.reports[0]!.push(0, 0, 42, 'future');
     const opened = codec.open({ ...resign(f, body), trace: 'abc' });
-    expect(opened).to.deep.equal({ t: 'reports', body: batch });
+    expect(opened).to.deep.equal({ t: 'reports', body: { ...batch, reports: [{ ...batch.reports[0]!, seen: 0 }] } });
+  });
+
+  it('carries the fixed-share flag of reports and asks only when set; without it, leasing', () => {
+    const fixed: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, fixedShare: true }] };
+    const f = codec.seal('reports', fixed);
+    expect(codec.open(f)).to.deep.equal({ t: 'reports', body: fixed });
+    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]).to.have.length(14);
+    // A leasing report is written as before the flag existed: a peer of the previous release reads it.
+    expect((JSON.parse(codec.seal('reports', batch).b) as { reports: unknown[][] }).reports[0]).to.have.length(13);
+    const request = {
+      keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
+      windowId: 5,
+      windowMs: 1000,
+      limit: 100,
+      nodeId: 'node-1',
+      nodeEpoch: 'e-1',
+      lease: 2,
+      spent: 0,
+      selfIssued: 0,
+      released: 0,
+      need: 1,
+      demand: 1,
+      fastPath: true,
+    };
+    const ask = { id: 1, nodeId: 'node-1', nodeEpoch: 'e-1', requests: [{ ...request, fixedShare: true }, request] };
+    expect(codec.open(codec.seal('ask', ask)).body).to.deep.equal(ask);
+    // Requests seen, after the flag (written 0 when not set); a report without it is a previous release's.
+    const seen: ReportBatch = {
+      ...batch,
+      reports: [
+        { ...batch.reports[0]!, seen: 9 },
+        { ...batch.reports[0]!, seen: 9, fixedShare: true },
+      ],
+    };
+    const sealed = codec.seal('reports', seen);
+    expect((JSON.parse(sealed.b) as { reports: unknown[][] }).reports.map((r) => r.slice(13))).to.deep.equal([
+      [0, 9],
+      [1, 9],
+    ]);
+    expect(codec.open(sealed).body).to.deep.equal(seen);
+    // A flag that is not 0 or 1 rejects the whole entry, naming it.
+    const body = JSON.parse(f.b) as { reports: unknown[][] };
+    body.reports[0]![13] = 2;
+    rejects(resign(f, body), 'malformed', /^reports\[0\]\.fixedShare: must be 0 or 1/);
   });
 
   it('rejects an unknown schema version whole', () => {

@@ -31,6 +31,17 @@ describe('definePolicy: a policy from JSON, typed without a cast', () => {
     expect(problemsOf({ ...demo.policy, routeClasses: { payments: { failMode: 'sometimes' } } })).to.deep.equal(['routeClasses.payments.failMode: must be one of [open, closed]']);
   });
 
+  it('types a plan’s mode and allocation, and the document’s, as JSON does (strings), and checks them', () => {
+    const json = {
+      ...demo.policy,
+      allocation: 'fixed-share' as string,
+      plans: { ...demo.policy.plans, free: { ...demo.policy.plans.free, mode: 'shadow' as string, allocation: 'leasing' as string } },
+    };
+    const doc: PolicyDoc = definePolicy(json);
+    expect([doc.allocation, doc.plans.free?.allocation, doc.plans.free?.mode]).to.deep.equal(['fixed-share', 'leasing', 'shadow']);
+    expect(problemsOf({ ...json, allocation: 'fixed' })).to.deep.equal(['allocation: must be "leasing" or "fixed-share"']);
+  });
+
   it('reports every problem at once, the cross-references included', () => {
     const problems = problemsOf({ ...demo.policy, defaultPlan: 'gold', routeClasses: { a: { failMode: 'shut', plan: 'nope' } } });
     expect(problems).to.have.members(['routeClasses.a.failMode: must be one of [open, closed]', 'defaultPlan: unknown plan "gold"', 'routeClasses.a.plan: unknown plan "nope"']);

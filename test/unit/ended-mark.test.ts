@@ -89,12 +89,12 @@ describe('owner: the ended mark', () => {
   it('never moves back: after a sweep, a late ask for the window gets nothing whatever the clock does, stepped back, forward and back again', () => {
     const clock = new FakeClock(END - 500);
     const o = sweptOwner(clock);
-    expect(o.endedMark(S0, W)).to.equal(END);
+    expect(o.marks.of(S0, W)).to.equal(END);
     for (const step of [-2 * R, -10 * R, 5_000, -5_000 - 20 * R, 3 * R]) {
       clock.step(step);
       o.sweep(clock.now());
       expect(o.onCreditRequest(ask('b')), `after a step of ${step} ms`).to.equal(undefined);
-      expect(o.endedMark(S0, W), 'the mark never moves back').to.equal(END);
+      expect(o.marks.of(S0, W), 'the mark never moves back').to.equal(END);
     }
     // Reports for the window make a ledger again, but it issues nothing: no top-up either.
     const out = o.onReports({
@@ -142,7 +142,7 @@ describe('owner: the ended mark', () => {
     expect(o.onCreditRequest(ask('a'))?.issued).to.equal(1);
     clock.step(5_000);
     o.sweep(clock.now());
-    expect(o.endedMark(S0, W), 'the swept shard is marked').to.equal(END);
+    expect(o.marks.of(S0, W), 'the swept shard is marked').to.equal(END);
     const successor = newOwner(new FakeClock(END - 500));
     for (let s = 0; s < 8; s++) if (s !== S0) successor.replay(o.snapshot(s));
     let asked = 0;
@@ -171,7 +171,7 @@ describe('owner: the ended mark', () => {
       const successorClock = new FakeClock(END + 2 * R - behind);
       const successor = newOwner(successorClock);
       successor.replay(carried);
-      expect(successor.endedMark(S0, W)).to.equal(END);
+      expect(successor.marks.of(S0, W)).to.equal(END);
       expect(successor.onCreditRequest(ask('b')), `a successor ${behind} ms behind`).to.equal(undefined);
       // Its own checkpoint passes the mark on.
       expect(successor.snapshot(S0).filter((e) => e.kind === 'ended')).to.deep.equal([{ kind: 'ended', shard: S0, windowMs: W, end: END }]);
@@ -272,19 +272,19 @@ describe('owner: the ended mark', () => {
           skew = clock.now() - t;
           owner = newOwner(clock);
           owner.replay(log);
-          for (const { shard, ms, id } of slots) if (marks.has(id)) expect(owner.endedMark(shard, ms), 'a successor knows at least the marks checkpointed').to.be.at.least(marks.get(id)!);
+          for (const { shard, ms, id } of slots) if (marks.has(id)) expect(owner.marks.of(shard, ms), 'a successor knows at least the marks checkpointed').to.be.at.least(marks.get(id)!);
           shown.clear();
         } else if (x > 0.9) {
           owner.sweep(clock.now());
           for (const { shard, ms, id } of slots) {
-            const m = owner.endedMark(shard, ms);
+            const m = owner.marks.of(shard, ms);
             if (m === undefined) continue;
             expect(m, 'a mark never moves back').to.be.at.least(shown.get(id) ?? m);
             shown.set(id, m);
           }
         } else if (x > 0.87) {
           log = [0, 1, 2, 3, 4, 5, 6, 7].flatMap((s) => owner.snapshot(s)); // checkpoint, log trimmed behind it
-          for (const { shard, ms, id } of slots) if (owner.endedMark(shard, ms) !== undefined) marks.set(id, owner.endedMark(shard, ms)!);
+          for (const { shard, ms, id } of slots) if (owner.marks.of(shard, ms) !== undefined) marks.set(id, owner.marks.of(shard, ms)!);
         } else {
           // An ask, from a node whose clock is within a round of true time, for its window or (held
           // up on its way) one of the two before.

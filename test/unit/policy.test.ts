@@ -126,6 +126,29 @@ describe('policy model and validation', () => {
     expect(problems).to.include.members(['keys[1].plan: unknown plan "gold"', 'keys[2].windows.0.limit: must be greater than or equal to 1']);
   });
 
+  it('allocates by fixed share per plan, or for every plan that sets none; leasing by default', () => {
+    const base = demoPolicy();
+    const plans = { ...base.plans, pro: { ...base.plans['pro']!, allocation: 'fixed-share' as const }, hour: { ...base.plans['hour']!, allocation: 'leasing' as const } };
+    const p = compilePolicy(demoPolicy({ plans, keys: { [keyId]: { windows: [{ name: 'w', limit: 7, windowMs: 1000 }] } } }));
+    expect(p.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 't').fixedShare).to.equal(false);
+    expect(p.limitsFor(keyId, 't').fixedShare).to.equal(false);
+    const tenants = { big: { plan: 'pro' }, hourly: { plan: 'hour' } };
+    expect(compilePolicy(demoPolicy({ plans, tenants })).limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'big').fixedShare).to.equal(true);
+    // The document's setting: every plan without its own, and per-key windows.
+    const global = compilePolicy(demoPolicy({ plans, tenants, allocation: 'fixed-share', keys: { [keyId]: { windows: [{ name: 'w', limit: 7, windowMs: 1000 }] } } }));
+    expect(global.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 't').fixedShare).to.equal(true);
+    expect(global.limitsFor(keyId, 't').fixedShare).to.equal(true);
+    expect(global.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'hourly').fixedShare).to.equal(false);
+  });
+
+  it('rejects an unknown allocation, and fixed share written as a mode, naming the field', () => {
+    const base = demoPolicy();
+    expect(problemsOf(demoPolicy({ allocation: 'fixed' as never }))).to.deep.equal(['allocation: must be "leasing" or "fixed-share"']);
+    expect(problemsOf(demoPolicy({ plans: { ...base.plans, pro: { ...base.plans['pro']!, mode: 'fixed-share' as never } } }))).to.deep.equal([
+      'plans.pro.mode: must be "enforce" or "shadow" (a fixed share of credit per node is "allocation": "fixed-share")',
+    ]);
+  });
+
   it('refuses plan and route-class names an object inherits, an own __proto__ key included', () => {
     for (const name of ['constructor', 'toString', 'hasOwnProperty']) {
       expect(() => compilePolicy({ ...demoPolicy(), plans: { ...demoPolicy().plans, [name]: { windows: [{ name: 'w', limit: 1, windowMs: 1000 }] } } }), name).to.throw(
