@@ -7,7 +7,7 @@ import { FixedShare } from './owner/fixed-share.js';
 import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
-import { committed, held } from './owner/ledger-sums.js';
+import { committed, held, runningTotals } from './owner/ledger-sums.js';
 import { NodeReports } from './owner/node-reports.js';
 import { CreditPool } from './owner/pool.js';
 import { BUSY, BUSY_ROUNDS, GrantSizing } from './owner/sizing.js';
@@ -282,16 +282,7 @@ export class FoldOwner {
    * never in the sum; the sum says how much of the fleet's allowance is out on lease.
    */
   totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
-    let ledgers = 0;
-    let sum = 0;
-    let allowance = 0;
-    for (const l of this.ledgers.all()) {
-      if (l.windowEnd <= nowMs) continue;
-      ledgers++;
-      sum += committed(l);
-      allowance += l.allowance;
-    }
-    return { ledgers, committed: sum, allowance };
+    return runningTotals(this.ledgers.all(), nowMs);
   }
 
   /** Number of ledgers held. */
