@@ -1,17 +1,33 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { PolicyError } from '../lib/errors.js';
+import { smallFixedShares } from '../lib/fixed-share-advice.js';
 import { compilePolicy } from '../lib/policy.js';
 
+const USAGE = 'usage: fleet-ratelimit-policy-check [--fleet N] FILE [FILE…]\n';
+
 /**
- * `npm run policy:check -- FILE…` (installed: `fleet-ratelimit-policy-check FILE…`): validates policy
- * documents before they are rolled out, printing every problem with its field path. Exit code 0 when
- * all are valid, 1 otherwise, 2 on bad usage.
+ * `npm run policy:check -- [--fleet N] FILE…` (installed: `fleet-ratelimit-policy-check`): validates
+ * policy documents before they are rolled out, printing every problem with its field path. With
+ * `--fleet N` (the number of nodes), also warns of fixed-share windows whose share per node is small
+ * (`lib/fixed-share-advice.ts`); a warning does not fail the check. Exit code 0 when all are valid,
+ * 1 otherwise, 2 on bad usage.
  * A file with a top-level `policy` member (the demo configuration) is checked on that member.
  */
-function main(files: string[]): number {
+function main(args: string[]): number {
+  let fleet: number | undefined;
+  const at = args.indexOf('--fleet');
+  if (at >= 0) {
+    fleet = Number(args[at + 1]);
+    if (!Number.isSafeInteger(fleet) || fleet < 1) {
+      process.stderr.write(`--fleet: must be a whole number of nodes ≥ 1, got "${args[at + 1] ?? ''}"\n${USAGE}`);
+      return 2;
+    }
+    args = [...args.slice(0, at), ...args.slice(at + 2)];
+  }
+  const files = args;
   if (files.length === 0) {
-    process.stderr.write('usage: fleet-ratelimit-policy-check FILE [FILE…]\n');
+    process.stderr.write(USAGE);
     return 2;
   }
   let failed = 0;
@@ -22,6 +38,7 @@ function main(files: string[]): number {
       const p = compilePolicy(doc);
       const plans = Object.entries(p.doc.plans).map(([name, plan]) => `${name} (${plan.windows.map((w) => `${w.name} ${w.limit}/${w.windowMs / 1000}s`).join(', ')})`);
       process.stdout.write(`${file}: valid, version ${p.version}; plans: ${plans.join('; ')}\n`);
+      for (const w of fleet === undefined ? [] : smallFixedShares(p.doc, fleet)) process.stdout.write(`  warning: ${w.path}: ${w.message}\n`);
     } catch (err) {
       failed++;
       if (err instanceof PolicyError) {

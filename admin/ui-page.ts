@@ -68,8 +68,8 @@ function concentrationText(c: ConcentrationSummary | undefined): string {
 
 /** What the fleet's concentration says of the leasing protocol, in words. */
 const GATE_WORDS: Readonly<Record<GateVerdict, string>> = {
-  leasing: 'traffic is concentrated: leasing is needed',
-  'fixed-share': 'traffic is evenly spread: a fixed share per node would do',
+  leasing: 'busy keys’ traffic is concentrated: leasing is needed',
+  'fixed-share': 'busy keys’ traffic is evenly spread: a fixed share per node would do for them',
   insufficient: 'too few busy key windows measured yet',
 };
 

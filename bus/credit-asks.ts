@@ -35,8 +35,11 @@ export interface CreditAskParts {
  */
 export class CreditAsks {
   private readonly fastPath: FastPath;
-  /** This node's asks on shards it owns, waiting for the round reply that lets its owner side serve again. */
-  private awaiting: Array<{ readonly request: CreditRequest; readonly settle: (grants: PromiseLike<readonly Grant[]>) => void }> = [];
+  /**
+   * This node's asks on shards it owns, waiting for the round reply that lets its owner side serve
+   * again: one per lease, which later asks of it share (they are not held to one a round).
+   */
+  private awaiting = new Map<string, { readonly request: CreditRequest; readonly settle: (grants: PromiseLike<readonly Grant[]>) => void; readonly answer: Promise<readonly Grant[]> }>();
 
   constructor(
     private readonly ctx: OwnerContext,
@@ -72,9 +75,9 @@ export class CreditAsks {
    * its owner side if it serves their shard now, else with nothing. Once a round.
    */
   roundSettled(): void {
-    if (this.awaiting.length === 0) return;
-    const waiting = this.awaiting;
-    this.awaiting = [];
+    if (this.awaiting.size === 0) return;
+    const waiting = [...this.awaiting.values()];
+    this.awaiting.clear();
     for (const { request, settle } of waiting) {
       if (this.ctx.closed() || !this.ctx.serving(shardOf(request.keyId, request.windowId, this.ctx.opts.shards))) settle(Promise.resolve([]));
       else {
@@ -107,7 +110,7 @@ export class CreditAsks {
         // Ours, and served again once the round reply this loop's own stall held up is in: the ask is
         // answered then, if the owner side serves; past the deadline the request is still refused,
         // and the late answer is kept as credit for the next one.
-        unrecorded.push(new Promise<readonly Grant[]>((settle) => this.awaiting.push({ request: r, settle })));
+        unrecorded.push(this.awaitRound(r));
         continue;
       }
       const owner = parts.fleet.table[shard]?.owner;
@@ -121,6 +124,17 @@ export class CreditAsks {
     }
     if (remote.size === 0 && unrecorded.length === 0) return missed ? this.apply(local) : local;
     return this.fastPath.ask(ctx.identity()!.nodeId, remote, { local, missed, deadlineMs, unrecorded });
+  }
+
+  /** The answer to `r` once the round reply is in: the one already awaited for its lease, else a new one. */
+  private awaitRound(r: CreditRequest): Promise<readonly Grant[]> {
+    const key = `${r.keyId}\n${r.windowId}\n${r.nodeEpoch}\n${r.lease}`;
+    const waiting = this.awaiting.get(key);
+    if (waiting !== undefined) return waiting.answer;
+    let settle!: (grants: PromiseLike<readonly Grant[]>) => void;
+    const answer = new Promise<readonly Grant[]>((resolve) => (settle = resolve));
+    this.awaiting.set(key, { request: r, settle, answer });
+    return answer;
   }
 
   /**

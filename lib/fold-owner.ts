@@ -8,7 +8,7 @@ import { FixedShare } from './owner/fixed-share.js';
 import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
-import { committed, held } from './owner/ledger-sums.js';
+import { committed, held, runningTotals } from './owner/ledger-sums.js';
 import { NodeReports } from './owner/node-reports.js';
 import { CreditPool } from './owner/pool.js';
 import { BUSY, BUSY_ROUNDS, GrantSizing } from './owner/sizing.js';
@@ -46,6 +46,7 @@ export class FoldOwner {
   private readonly floats: Floats;
   private readonly fixed: FixedShare;
   private readonly measured = new Concentration();
+  /** Per shard and window length, the end of the latest window whose ledger was dropped (`ended`). */
   readonly marks = new EndedMarks();
   readonly stats: FoldOwnerStats = newStats();
   /** The keys this owner folds the most for lately (`TopKeys`), and the fold ages of its reports. */
@@ -218,7 +219,7 @@ export class FoldOwner {
    * Drops ledgers of windows that ended (`ended`: two rounds ago), each measured for concentration
    * first (`lib/owner/concentration.ts`) and raising its shard's ended mark, and forgets ended
    * self-grant episodes. `ended` hears of each dropped window: what it admitted fleet-wide (spent,
-   * summed over its leases) against its allowance — the traffic history policy staging judges by.
+   * summed over its leases) against its allowance — the traffic history policy staging judges candidates by.
    */
   sweep(nowMs: number, ended?: (keyId: string, windowMs: number, windowEnd: number, admitted: number, allowance: number) => void): void {
     const fleet = this.cfg.fleet.size();
@@ -281,16 +282,7 @@ export class FoldOwner {
    * never in the sum; the sum says how much of the fleet's allowance is out on lease.
    */
   totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
-    let ledgers = 0;
-    let sum = 0;
-    let allowance = 0;
-    for (const l of this.ledgers.all()) {
-      if (l.windowEnd <= nowMs) continue;
-      ledgers++;
-      sum += committed(l);
-      allowance += l.allowance;
-    }
-    return { ledgers, committed: sum, allowance };
+    return runningTotals(this.ledgers.all(), nowMs);
   }
 
   /** Number of ledgers held. */

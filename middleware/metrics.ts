@@ -5,8 +5,8 @@ import type { LoopStalls } from '../bus/loop-stall.js';
 import type { LimitEventStats } from '../bus/limit-event.js';
 import type { Bus } from '../bus/types.js';
 import type { FoldOwner } from '../lib/fold-owner.js';
-import { TOP_K } from '../lib/owner/fold-age.js';
 import type { Enforcer } from '../lib/node-contract.js';
+import { addOwnerMetrics } from './owner-metrics.js';
 import { Timings, TimingsHistogram } from './timings.js';
 import type { LimiterStats } from './types.js';
 
@@ -35,7 +35,7 @@ export interface MetricSources {
 const SAMPLE = 32;
 
 /** One open limiter as the process's metrics see it. */
-interface Member {
+export interface Member {
   readonly src: MetricSources;
   readonly decision: Timings;
   readonly fastPath: Timings;
@@ -77,18 +77,6 @@ class ProcessMetrics {
         members,
       ),
       new TimingsHistogram('fleet_ratelimit_fast_path_seconds', 'Decisions that asked a shard owner (fast path): time to the answer or the deadline.', (m) => m.fastPath, members),
-      new TimingsHistogram(
-        'fleet_ratelimit_report_fold_age_seconds',
-        `As a shard owner: time from a report batch entering the bus to folding each report of it, for the owner's top ${TOP_K} keys by fold work (keys="top") and every other key (keys="other").`,
-        (m) =>
-          m.src.owner === undefined
-            ? []
-            : ([
-                [{ keys: 'top' }, m.src.owner.foldAges.top],
-                [{ keys: 'other' }, m.src.owner.foldAges.other],
-              ] as const),
-        members,
-      ),
     ])
       this.all.set(h.name, h);
     const counter = (name: string, help: string, labelNames: string[], collect: (c: Counter<string>) => void): void => {
@@ -127,12 +115,6 @@ class ProcessMetrics {
     fromNode('fleet_ratelimit_rounds_total', 'Reconciliation rounds this node ended.', (src) => src.node.round);
     fromNode('fleet_ratelimit_reports_total', 'Report batches sent (at most one per shard per round); divide by rounds for reports per round.', (src) => src.node.stats.reports);
     fromNode('fleet_ratelimit_grants_applied_total', 'Grants this node applied.', (src) => src.node.stats.grantsApplied);
-    fromNode('fleet_ratelimit_grants_issued_total', 'Grants this node issued as a shard owner.', (src) => src.owner?.stats.grants ?? 0);
-    fromNode(
-      'fleet_ratelimit_float_answers_total',
-      'As a shard owner: asks answered from its float (credit already on record), without waiting for a log write.',
-      (src) => src.owner?.stats.floatAnswers ?? 0,
-    );
     fromNode('fleet_ratelimit_self_grants_total', 'Boundary self-grants without owner contact (F4).', (src) => src.node.stats.selfGrants);
     counter(
       'fleet_ratelimit_events_dropped_total',
@@ -183,11 +165,6 @@ class ProcessMetrics {
         mirror(c, node, bus.asksSent - bus.asksDirect, { transport: 'redis' });
       }),
     );
-    fromNode(
-      'fleet_ratelimit_grants_withheld_total',
-      'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
-      (src) => src.bus?.counters?.grantsWithheld ?? 0,
-    );
     gauge('fleet_ratelimit_fold_age_seconds', 'Longest silence of any shard owner toward this node: how old the newest fold of its reports may be.', [], (g) =>
       each((src, node) => g.set({ node }, src.node.longestSilenceMs() / 1000)),
     );
@@ -202,31 +179,9 @@ class ProcessMetrics {
     gauge('fleet_ratelimit_degraded', '1 while this node is degraded (F5): no owner contact for longer than degradedAfterMs.', [], (g) =>
       each((src, node) => g.set({ node }, src.node.degraded ? 1 : 0)),
     );
-    gauge(
-      'fleet_ratelimit_lease_credit',
-      'As a shard owner: credit committed on lease (issued + self-granted − released) and the allowance it is bounded by, over the windows running (L2: committed ≤ allowance). In a fleet of one: the requests counted.',
-      ['kind'],
-      (g) =>
-        each((src, node) => {
-          const t = src.leases(Date.now());
-          g.set({ node, kind: 'committed' }, t.committed);
-          g.set({ node, kind: 'allowance' }, t.allowance);
-        }),
-    );
-    const concentration = (src: MetricSources) => src.owner?.concentration();
-    gauge('fleet_ratelimit_concentration_ratio', 'As a shard owner: ratio to uniform (fleet × busiest node’s share of a key window) of windows swept lately, p50 and p95.', ['quantile'], (g) =>
-      each((src, node) => {
-        const c = concentration(src);
-        if (c?.p50 == null || c.p95 == null) return;
-        g.set({ node, quantile: '0.5' }, c.p50);
-        g.set({ node, quantile: '0.95' }, c.p95);
-      }),
-    );
-    gauge('fleet_ratelimit_concentration_windows', 'As a shard owner: key windows its concentration figures are measured over.', [], (g) =>
-      each((src, node) => g.set({ node }, concentration(src)?.samples ?? 0)),
-    );
     gauge('fleet_ratelimit_buckets', 'Buckets held by this node (one per key and window length).', [], (g) => each((src, node) => g.set({ node }, src.node.buckets.size)));
     gauge('fleet_ratelimit_fleet_size', 'Members of the fleet as this node sees them.', [], (g) => each((src, node) => g.set({ node }, src.bus?.fleetSize() ?? 1)));
+    addOwnerMetrics({ members, each, gauge, fromNode, histogram: (h) => this.all.set(h.name, h) });
   }
 
   /** Registers every metric into `registry`; a foreign metric of one of our names is a ConfigError. */

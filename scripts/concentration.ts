@@ -11,9 +11,10 @@ import { gateVerdict, GATE_RATIO, mergeConcentration, MIN_PER_NODE, MIN_SAMPLES,
  */
 const USAGE = 'usage: npm run concentration -- [--redis redis://127.0.0.1:6379 (default $REDIS_URL)] [--prefix frl (default $REDIS_PREFIX)] [--json]';
 
+/** The verdict in words: of the key windows measured (busy ones); quieter keys are not measured. */
 const VERDICT: Readonly<Record<GateVerdict, string>> = {
-  leasing: 'traffic is concentrated on some nodes: keep leasing (a fixed share would refuse callers under their limit)',
-  'fixed-share': 'traffic is evenly spread: a fixed 1/fleet share per node plus the reserve would do ("allocation": "fixed-share")',
+  leasing: `the busy keys measured are concentrated on some nodes: keep leasing (a fixed share would refuse their callers under their limit); keys under ${MIN_PER_NODE} requests per node a window are not measured`,
+  'fixed-share': `the busy keys measured are evenly spread: a fixed 1/fleet share per node plus the reserve would do for them ("allocation": "fixed-share"); keys under ${MIN_PER_NODE} requests per node a window are not measured (check small plans with policy:check --fleet)`,
   insufficient: `fewer than ${MIN_SAMPLES} key windows with ${MIN_PER_NODE} requests per node measured yet: no verdict`,
 };
 

@@ -17,15 +17,16 @@ import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type 
  * per fleet size and window, or one JSON line per cell. With `--allocations leasing,fixed-share` every
  * cell runs once per allocation, and the table compares them per fleet size, window and shape.
  *
- * `npm run simulate -- --stalls [--seeds 1-200] [--json]`: safety under stop-the-world pauses, one
- * random fleet, pause schedule, clock steps and fault mix per seed (`scripts/sim/stalls.ts`).
+ * `npm run simulate -- --stalls [--seeds 1-200] [--allocations fixed-share] [--json]`: safety under
+ * stop-the-world pauses, one random fleet, pause schedule, clock steps and fault mix per seed
+ * (`scripts/sim/stalls.ts`), its keys' plans under one allocation (default leasing).
  */
 const USAGE = [
   `usage: npm run simulate -- [--nodes 20] [--scenario ${SCENARIOS.map((s) => s.name).join('|')}|all] [--seed 1] [--duration 12] [--json]`,
   `       npm run simulate -- --sweep [--nodes 3,20,50] [--limits 5,10,50,100,1000,10000] [--loads 0.5,0.9,1,1.2,3,10]`,
   `                           [--shapes ${SHAPES.join(',')}] [--window-ms 1000,60000] [--seeds 1] [--tail P:MS]`,
   `                           [--allocations leasing,fixed-share] [--json]`,
-  `       npm run simulate -- --stalls [--seeds 1-200] [--json]`,
+  `       npm run simulate -- --stalls [--seeds 1-200] [--allocations leasing|fixed-share] [--json]`,
 ].join('\n');
 
 function fail(message: string): never {
@@ -122,7 +123,7 @@ function sweep(values: {
   const shapes = (values.shapes ?? SHAPES.join(',')).split(',').map((t) => t.trim());
   for (const s of shapes) if (!(SHAPES as readonly string[]).includes(s)) fail(`--shapes: unknown shape "${s}" (known: ${SHAPES.join(', ')})`);
   const allocations = values.allocations?.split(',').map((t) => t.trim());
-  for (const a of allocations ?? []) if (a !== 'leasing' && a !== 'fixed-share') fail(`--allocations: unknown allocation "${a}" (known: leasing, fixed-share)`);
+  checkAllocations(allocations);
   const cells = grid({
     nodes: numbers('nodes', values.nodes, [3, 20, 50], true),
     limits: numbers('limits', values.limits, [5, 10, 50, 100, 1000, 10000], true),
@@ -152,22 +153,29 @@ function seedsOf(text: string | undefined, fallback: number[]): number[] {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }
 
-function stalls(values: { seeds?: string; json?: boolean; [other: string]: unknown }): void {
-  for (const name of ['scenario', 'seed', 'duration', 'nodes', 'limits', 'loads', 'shapes', 'window-ms', 'tail', 'allocations'] as const)
-    if (values[name] !== undefined) fail(`--${name} does not apply to --stalls`);
+function checkAllocations(allocations: string[] | undefined): void {
+  for (const a of allocations ?? []) if (a !== 'leasing' && a !== 'fixed-share') fail(`--allocations: unknown allocation "${a}" (known: leasing, fixed-share)`);
+}
+
+function stalls(values: { seeds?: string; json?: boolean; allocations?: string; [other: string]: unknown }): void {
+  for (const name of ['scenario', 'seed', 'duration', 'nodes', 'limits', 'loads', 'shapes', 'window-ms', 'tail'] as const) if (values[name] !== undefined) fail(`--${name} does not apply to --stalls`);
+  const allocations = values.allocations?.split(',').map((t) => t.trim());
+  checkAllocations(allocations);
+  if (allocations !== undefined && allocations.length !== 1) fail(`--allocations: --stalls runs one allocation at a time, got "${values.allocations}"`);
+  const allocation = allocations?.[0] as Allocation | undefined;
   const runs: StallRun[] = [];
   for (const seed of seedsOf(
     values.seeds,
     Array.from({ length: 200 }, (_, i) => i + 1),
   )) {
-    const run = runStalls(seed);
+    const run = runStalls(seed, allocation);
     runs.push(run);
     if (values.json)
       process.stdout.write(
         `${JSON.stringify({ ...withoutFoldAges(run.result), pauses: run.pauses, clockOffsets: run.clockOffsets, clockSteps: run.clockSteps, loss: run.loss, duplicate: run.duplicate })}\n`,
       );
   }
-  if (!values.json) process.stdout.write(renderStalls(runs));
+  if (!values.json) process.stdout.write(renderStalls(runs, allocation));
 }
 
 /** A stalls run's result as printed: its fold ages are not among the figures of that run. */
@@ -176,7 +184,7 @@ function withoutFoldAges(r: SimResult): Omit<SimResult, 'foldAgeOtherP99Rounds' 
   return rest;
 }
 
-function renderStalls(runs: StallRun[]): string {
+function renderStalls(runs: StallRun[], allocation: Allocation | undefined): string {
   const worst = (f: (r: StallRun) => number): StallRun => runs.reduce((a, b) => (f(b) > f(a) ? b : a));
   const over = worst((r) => r.result.overPct);
   const overF4 = worst((r) => r.result.overF4Pct);
@@ -198,6 +206,7 @@ function renderStalls(runs: StallRun[]): string {
   return [
     'safety under stalls: 3–10 nodes, 12 keys of 10/100/1000 per 1 s window offered 1.2–3×, 1–4 pauses of 10 ms to 5 s per run, up to 2 % loss and 10 % duplicates,',
     'wall clocks within ±1 round of true time, 0–3 steps per run (monotonic clocks never step)',
+    ...(allocation === undefined ? [] : [`allocation: ${allocation}`]),
     `command: npm run simulate -- ${process.argv.slice(2).join(' ')}`,
     '',
     ...rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`),

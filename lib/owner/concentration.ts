@@ -1,4 +1,4 @@
-import type { Ledger } from '../ledger-store.js';
+import type { Lease, Ledger } from '../ledger-store.js';
 
 /*
  * Per-node-per-key concentration: how unevenly one key's traffic falls on the fleet's nodes. The
@@ -57,19 +57,21 @@ function bucketOf(ratio: number): number {
  */
 export function ratioToUniform(l: Ledger, fleet: number): number | undefined {
   const f = Math.max(1, fleet);
+  // Offered: what the node saw, or what it admitted if more (a release that reports no `seen`).
+  const offered = (lease: Lease): number => (lease.float ? 0 : Math.max(lease.seen, lease.spent));
+  // Most ended windows are quiet: summed first, so they are dropped before any per-node map is built.
   let total = 0;
+  for (const lease of l.leases) total += Math.max(0, offered(lease));
+  if (total < MIN_PER_NODE * f) return undefined;
   let busiest = 0;
   const perNode = new Map<string, number>();
   for (const lease of l.leases) {
-    // Offered: what the node saw, or what it admitted if more (a release that reports no `seen`).
-    const offered = Math.max(lease.seen, lease.spent);
-    if (lease.float || offered <= 0) continue;
-    const n = (perNode.get(lease.nodeId) ?? 0) + offered;
+    const o = offered(lease);
+    if (o <= 0) continue;
+    const n = (perNode.get(lease.nodeId) ?? 0) + o;
     perNode.set(lease.nodeId, n);
-    total += offered;
     if (n > busiest) busiest = n;
   }
-  if (total < MIN_PER_NODE * f) return undefined;
   return (f * busiest) / total;
 }
 

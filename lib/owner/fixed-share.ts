@@ -9,7 +9,8 @@ import type { GrantSizing } from './sizing.js';
 /**
  * Fixed-share allocation (`allocation: fixed-share`): each node gets ⌊allowance / fleet⌋ of a window
  * — its share, by this owner's fleet size when it issues — plus, beyond it, the reserve through the
- * fast path, first come; nothing is recalled or moved between nodes. The shares are ordinary grants
+ * fast path, first come: 2 % of the allowance or the rounding remainder (allowance − fleet × share)
+ * if more, so all of a small plan is reachable; nothing is recalled or moved between nodes. The shares are ordinary grants
  * of the window's owner, logged like any: a node never sizes its own from its view of the fleet (two
  * nodes seeing different sizes mid-change would take more than the allowance between them), and L2
  * (committed ≤ allowance) is checked on every one. A share the allowance cannot cover any more (the
@@ -29,10 +30,24 @@ export class FixedShare {
     return Math.floor(l.allowance / Math.max(1, this.cfg.fleet.size()));
   }
 
-  /** What node `nodeId` has had of the window over its leases (epochs, bucket lives): issued and self-granted. */
+  /**
+   * The reserve of a fixed-share window: the pool's (2 % of the allowance), or the rounding remainder
+   * allowance − F × share if that is more — credit no share covers, which would otherwise never be
+   * issued (a plan below the fleet size has shares of 0: all of it is remainder).
+   */
+  reserveOf(l: Ledger): number {
+    const fleet = Math.max(1, this.cfg.fleet.size());
+    return Math.max(this.pool.reserveOf(l), l.allowance - fleet * Math.floor(l.allowance / fleet));
+  }
+
+  /**
+   * What node `nodeId` has had of the window over its leases (epochs, bucket lives): issued and
+   * self-granted, less what it gave back — or what it spent, if more (spent past what it kept is
+   * committed all the same). Credit given back is owed again.
+   */
   had(l: Ledger, nodeId: string): number {
     let n = 0;
-    for (const x of l.leases) if (!x.float && x.nodeId === nodeId) n += x.issued + x.selfIssued;
+    for (const x of l.leases) if (!x.float && x.nodeId === nodeId) n += Math.max(x.issued + x.selfIssued - x.released, x.spent);
     return n;
   }
 
@@ -43,7 +58,7 @@ export class FixedShare {
     for (const x of l.leases) if (!x.float) nodes.add(x.nodeId);
     let beyond = 0;
     for (const n of nodes) beyond += Math.max(0, this.had(l, n) - share);
-    return Math.max(0, this.pool.reserveOf(l) - beyond);
+    return Math.max(0, this.reserveOf(l) - beyond);
   }
 
   /**

@@ -56,7 +56,9 @@ export class Floats {
     const out: Grant[] = [];
     for (const l of this.floatWanted) {
       const shard = l.shard;
-      if (l.windowEnd <= now) {
+      // Ended, or moved to fixed share (a policy change after a leasing ask marked it): no float, nor
+      // the next window's from it. A fixed share is issued to nodes only (`fixed-share.ts`).
+      if (l.windowEnd <= now || l.fixed) {
         this.floatWanted.delete(l);
         continue;
       }

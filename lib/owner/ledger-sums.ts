@@ -33,6 +33,20 @@ export function tally(l: Ledger): { direct: number; floats: number; floated: num
   return { direct, floats, floated };
 }
 
+/** Over the ledgers of windows running at `nowMs` (ending after it): how many, credit committed, allowance. */
+export function runningTotals(ledgers: Iterable<Ledger>, nowMs: number): { ledgers: number; committed: number; allowance: number } {
+  let n = 0;
+  let sum = 0;
+  let allowance = 0;
+  for (const l of ledgers) {
+    if (l.windowEnd <= nowMs) continue;
+    n++;
+    sum += committed(l);
+    allowance += l.allowance;
+  }
+  return { ledgers: n, committed: sum, allowance };
+}
+
 /** What a grant states beyond the credit it took from a float. */
 export function directOf(g: Grant): number {
   return g.issued - (g.floated ?? 0);

@@ -37,7 +37,7 @@ export function renderAllocations(results: readonly CellResult[], command: strin
   const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
   return [
     'allocation comparison: every cell the real protocol over the simulated bus, T = 25 ms, 64 shards, bus latency 0.2 ms ± 0.1',
-    `leasing: credit granted on demand and moved where requests are; fixed-share: each node ⌊allowance / fleet⌋ from the owner, plus the 2 % reserve`,
+    `leasing: credit granted on demand and moved where requests are; fixed-share: each node ⌊allowance / fleet⌋ from the owner, plus the reserve (2 %, or the rounding remainder if more)`,
     `concentration p95: the owners' ratio to uniform (fleet × busiest node's share of a window), lowest–highest over cells; gate: ≤ ${GATE_RATIO} → fixed share suffices`,
     `command: ${command}`,
     '',

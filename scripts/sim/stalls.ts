@@ -1,4 +1,5 @@
 import { SKEW_ROUNDS } from '../../lib/lease-node.js';
+import type { Allocation } from '../../lib/policy.js';
 import { seededRandom } from './queue.js';
 import { simulate, type SimResult } from './run.js';
 import type { ClockStep, KeyTraffic, Pause, Scenario } from './scenarios.js';
@@ -78,9 +79,13 @@ export function stallScenario(seed: number): { scenario: Scenario; nodes: number
   return { scenario, nodes };
 }
 
-/** Runs seed `seed`'s stall scenario (T = 25 ms, 64 shards, 1 s windows, bus latency 0.2 ms ± 0.1). */
-export function runStalls(seed: number): StallRun {
+/**
+ * Runs seed `seed`'s stall scenario (T = 25 ms, 64 shards, 1 s windows, bus latency 0.2 ms ± 0.1),
+ * its keys' plans under `allocation` when given (absent: leasing, figures as before).
+ */
+export function runStalls(seed: number, allocation?: Allocation): StallRun {
   const { scenario, nodes } = stallScenario(seed);
-  const result = simulate(scenario, { nodes, seed, durationMs: DURATION_MS, windowMs: 1000, roundMs: ROUND_MS, latencyMs: 0.2, jitterMs: 0.1, shards: 64 });
+  const opts = { nodes, seed, durationMs: DURATION_MS, windowMs: 1000, roundMs: ROUND_MS, latencyMs: 0.2, jitterMs: 0.1, shards: 64 };
+  const result = simulate(scenario, allocation === undefined ? opts : { ...opts, allocation });
   return { seed, nodes, pauses: scenario.pauses!, clockOffsets: scenario.clockOffsets!, clockSteps: scenario.clockSteps!, loss: scenario.loss!, duplicate: scenario.duplicate!, result };
 }

@@ -132,6 +132,8 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     expect((await a.node.acquire(key, limits(100))).admitted, 'still refused at the deadline').to.equal(false);
     expect(a.node.stats.fastPath, 'asked again in the same round').to.equal(asks + 1);
     expect(a.owner.stats.grants, 'still nothing issued').to.equal(grants);
+    // Both asks wait for one answer: a flood waits as one ask per lease, answered once.
+    expect((a.bus as unknown as { asks: { awaiting: Map<string, unknown> } }).asks.awaiting.size, 'one waiting ask for the lease').to.equal(1);
     a.rounds(true);
     // The next round reply lets the owner side serve again: the waiting ask is answered then, late,
     // and its credit is kept for the next request.
@@ -148,7 +150,7 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
     const bus = a.bus as unknown as {
       rounds: { busy: boolean; applyRound(sent: number, reply: RoundReply): void };
-      asks: { awaiting: unknown[] };
+      asks: { awaiting: Map<string, unknown> };
       reach: ShardReach;
       fleet: FleetTable;
     };
@@ -158,7 +160,7 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     stall(150);
     const grants = a.owner.stats.grants;
     const decided = a.node.acquire(key, limits(100));
-    expect(bus.asks.awaiting.length, 'the ask waits for the round reply').to.equal(1);
+    expect(bus.asks.awaiting.size, 'the ask waits for the round reply').to.equal(1);
     let seen: { sent: number; leaseMs: number; expiresAt: number; serving: boolean; awaits: boolean; tableExpiresAt: number } | undefined;
     const apply = loop.applyRound.bind(loop);
     loop.applyRound = (sent, reply) => {
@@ -177,7 +179,7 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     await decided;
     await until(() => seen !== undefined, 'the reply to be taken in');
     // The waiting ask was settled right after the reply was taken in (the same turn of the loop).
-    expect(bus.asks.awaiting.length, 'settled').to.equal(0);
+    expect(bus.asks.awaiting.size, 'settled').to.equal(0);
     const [sec, usec] = await ctx.raw.time();
     const redisMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
     expect(redisMs, 'the lease has lapsed in Redis').to.be.above(seen!.expiresAt);
@@ -196,8 +198,8 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     await until(() => a.bus.ownedShards().length === SHARDS, 'solo to own every shard');
     const shard = placeOf(key).shard;
     await until(() => a.node.silenceMs(shard) === 0, 'solo to serve its shards');
-    const bus = a.bus as unknown as { reach: ShardReach; asks: { awaiting: unknown[] } };
-    return { a, shard, reach: bus.reach, awaiting: () => bus.asks.awaiting.length };
+    const bus = a.bus as unknown as { reach: ShardReach; asks: { awaiting: Map<string, unknown> } };
+    return { a, shard, reach: bus.reach, awaiting: () => bus.asks.awaiting.size };
   };
 
   it('a stall longer than the lease: its own shard is out of reach, and an ask there does not wait', async () => {

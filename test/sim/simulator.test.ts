@@ -101,6 +101,21 @@ describe('safety under stalls: stop-the-world pauses of owners and nodes, 10 ms 
   }
 });
 
+describe('safety under stalls with fixed-share plans (property)', function () {
+  this.timeout(120_000);
+  // The same pauses, faults and clock steps with every key's plan under `allocation: fixed-share`:
+  // shares and the reserve are owners' grants like any, so the bounds are the same.
+  for (let seed = 1; seed <= 6; seed++) {
+    it(`seed ${seed}: ${stallScenario(seed).scenario.description}`, () => {
+      const { result: r } = runStalls(seed, 'fixed-share');
+      expect(r.invariantViolations).to.equal(0);
+      expect(r.overPct, JSON.stringify(r)).to.equal(0);
+      expect(r.overF4Pct, JSON.stringify(r)).to.equal(0);
+      expect(r.maxOutstandingRatio, JSON.stringify(r)).to.be.at.most(1.02);
+    });
+  }
+});
+
 describe('safety under wall clock steps within the allowed skew (property)', function () {
   this.timeout(60_000);
   // Four of the twelve seeds of 1–200 that admitted past F4's bound (up to 0.08 %, max outstanding

@@ -68,8 +68,13 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const f = codec.seal('reports', fixed);
     expect(codec.open(f)).to.deep.equal({ t: 'reports', body: fixed });
     expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]).to.have.length(14);
-    // A leasing report is written as before the flag existed: a peer of the previous release reads it.
+    // A leasing report without `seen` (a report ahead for the next window) is written as before the
+    // flag existed: 13 fields. A report of a running window carries `seen`, so it is 15 — the flag
+    // written 0, then `seen` — and a peer of the previous release reads the first 13 (trailing
+    // fields are tolerated, above) as leasing.
     expect((JSON.parse(codec.seal('reports', batch).b) as { reports: unknown[][] }).reports[0]).to.have.length(13);
+    const current: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, seen: 3 }] };
+    expect((JSON.parse(codec.seal('reports', current).b) as { reports: unknown[][] }).reports[0]).to.have.length(15);
     const request = {
       keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
       windowId: 5,

@@ -107,10 +107,56 @@ describe('fixed-share allocation: the owner issues each node ⌊allowance / flee
   });
 
   it('counts a boundary self-grant (F4) as part of the node’s share', () => {
-    const { owner } = setup(4);
+    const { owner, clock } = setup(4);
     // c granted itself ⌊100 / 4⌋ at the boundary: it is owed nothing more of its share.
     owner.onReports(report('c', 1, { selfIssued: 25, selfGrant: true, demand: 0 }));
-    expect(issued(owner.onCreditRequest(ask('c', 1, 1, { selfIssued: 25, spent: 25, need: 1 })))).to.equal(undefined);
+    // 20 of its 25 spent and a request needing 6. Within the round after the self-grant is seen,
+    // grants to c are withheld (F4) whatever it is owed.
+    expect(owner.onCreditRequest(ask('c', 6, 1, { selfIssued: 25, spent: 20 }))).to.equal(undefined);
+    // Past that round: only the reserve (2 % of 100) is left for it, not what a share less its
+    // spending would owe (5).
+    clock.advance(30);
+    const g = issued(owner.onCreditRequest(ask('c', 6, 1, { selfIssued: 25, spent: 20 })));
+    expect(g).to.be.a('number').and.at.least(1).and.at.most(2);
+  });
+
+  it('owes a node again what it gave back: released credit is not counted as had', () => {
+    const { owner } = setup(4);
+    expect(issued(owner.onCreditRequest(ask('a')))).to.equal(25);
+    // Its bucket evicted: the lease gives the 25 back, unspent. A new bucket life (lease 2) asks.
+    owner.onReports(report('a', 1, { issued: 25, released: 25, demand: 0 }));
+    expect(owner.committed(KEY, W, WID)).to.equal(0);
+    expect(issued(owner.onCreditRequest(ask('a', 1, 1, { lease: 2, fastPath: false })))).to.equal(25);
+    // Spent beyond what it kept counts as had: 10 spent of 25, 25 released (an overspend of 10).
+    const { owner: o2 } = setup(4);
+    o2.onCreditRequest(ask('b'));
+    o2.onReports(report('b', 1, { issued: 25, spent: 10, released: 25, demand: 0 }));
+    expect(issued(o2.onCreditRequest(ask('b', 1, 1, { lease: 2, fastPath: false })))).to.equal(15);
+  });
+
+  it('serves the rounding remainder as reserve: every unit of a small plan is reachable (limit 10, 4 nodes)', () => {
+    const { owner } = setup(4);
+    // Shares of ⌊10 / 4⌋ = 2; 2 % of 10 rounds to 0, so the reserve is the remainder, 10 − 4 × 2 = 2.
+    for (const n of ['a', 'b', 'c', 'd']) expect(issued(owner.onCreditRequest(ask(n, 1, 1, { limit: 10 })))).to.equal(2);
+    expect(owner.committed(KEY, W, WID)).to.equal(8);
+    // a spent its share: the remainder on the fast path, first come, one need at a time.
+    expect(issued(owner.onCreditRequest(ask('a', 1, 1, { limit: 10, spent: 2 })))).to.equal(3);
+    expect(issued(owner.onCreditRequest(ask('b', 1, 1, { limit: 10, spent: 2 })))).to.equal(3);
+    expect(owner.committed(KEY, W, WID)).to.equal(10);
+    expect(owner.onCreditRequest(ask('c', 1, 1, { limit: 10, spent: 2 }))).to.equal(undefined);
+    const notices = owner.takeOutbox().filter((m): m is Adjust => m.type === 'adjust');
+    expect(notices.map((m) => [m.nodeId, m.exhausted])).to.deep.equal([['c', true]]);
+  });
+
+  it('serves a plan below the fleet size from the reserve, first come, up to the limit (limit 10, 20 nodes)', () => {
+    const { owner } = setup(20);
+    // ⌊10 / 20⌋ = 0 a share: the whole allowance is the remainder, served to fast-path asks.
+    const got = Array.from({ length: 12 }, (_, i) => issued(owner.onCreditRequest(ask(`n${i}`, 1, 0.5, { limit: 10 }))));
+    expect(got).to.deep.equal([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, undefined, undefined]);
+    expect(owner.committed(KEY, W, WID)).to.equal(10);
+    // Not on the fast path (a background ask): the reserve is not drawn on.
+    const { owner: o2 } = setup(20);
+    expect(o2.onCreditRequest(ask('a', 1, 0.5, { limit: 10, fastPath: false }))).to.equal(undefined);
   });
 
   it('never commits past the allowance when the fleet changes size mid-window (L2)', () => {

@@ -71,6 +71,21 @@ describe('owner float: asks answered before their log write, never past the allo
     expect(o.issued(KEY, W, WID)).to.equal(3);
   });
 
+  it('makes no float for a window moved to fixed share, nor the next window’s from it', () => {
+    const clock = new FakeClock(NOW);
+    const o = new FoldOwner(ownerConfig(clock, new FixedFleet(4), { reserveRatio: 0, floatHolder: HOLDER, ownerEpoch: () => 7 }));
+    o.refillFloats(all); // turns floats on
+    o.onCreditRequest(ask('b', 1, 100)); // leasing: the window is marked for a float
+    o.onCreditRequest({ ...ask('c', 1, 100), fixedShare: true }); // a policy change moved it to fixed share
+    const before = o.committed(KEY, W, WID);
+    expect(o.refillFloats(all)).to.deep.equal([]);
+    expect(o.committed(KEY, W, WID)).to.equal(before);
+    // In its last two rounds: no float of the next window made from it either.
+    clock.advance(windowEndMs(WID, W, phaseOffset(KEY, W)) - 30 - clock.now());
+    expect(o.refillFloats(all)).to.deep.equal([]);
+    expect(o.committed(KEY, W, WID + 1)).to.equal(0);
+  });
+
   it('makes the next window’s float when another node reports ahead for a key it will ask for, not far ahead', () => {
     // 30 ms before window WID + 1 starts; b tells its owner it will see the key there, too rarely for a lease.
     const start = windowEndMs(WID, W, phaseOffset(KEY, W));

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { PolicyError } from '../../lib/errors.js';
+import { SMALL_SHARE, smallFixedShares } from '../../lib/fixed-share-advice.js';
 import { compilePolicy } from '../../lib/policy.js';
 import { demoPolicy } from '../support/fixtures.js';
 
@@ -139,6 +140,24 @@ describe('policy model and validation', () => {
     expect(global.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 't').fixedShare).to.equal(true);
     expect(global.limitsFor(keyId, 't').fixedShare).to.equal(true);
     expect(global.limitsFor('v1:BBBBBBBBBBBBBBBBBBBBBB', 'hourly').fixedShare).to.equal(false);
+  });
+
+  it('warns of fixed-share windows whose share per node is small for the fleet (policy:check --fleet)', () => {
+    const base = demoPolicy();
+    const plans = { ...base.plans, pro: { ...base.plans['pro']!, allocation: 'fixed-share' as const } };
+    // pro: burst 100, sustained 5000. On 20 nodes burst's share is 5 (< SMALL_SHARE); sustained's 250.
+    const doc = compilePolicy(demoPolicy({ plans })).doc;
+    const w = smallFixedShares(doc, 20);
+    expect(w.map((x) => x.path)).to.deep.equal(['plans.pro.windows.0']);
+    expect(w[0]!.message).to.include('on 20 nodes each gets 5').and.include('retry at the window');
+    // The remainder is named: 100 on 30 nodes is 3 each and 10 left.
+    expect(smallFixedShares(doc, 30)[0]!.message).to.include('each gets 3, and 10 are a reserve');
+    // A share of exactly SMALL_SHARE passes; leasing plans are never warned about.
+    expect(smallFixedShares(doc, 100 / SMALL_SHARE)).to.deep.equal([]);
+    expect(smallFixedShares(compilePolicy(demoPolicy()).doc, 1000)).to.deep.equal([]);
+    // The document's allocation: every plan without its own, and per-key windows.
+    const all = compilePolicy(demoPolicy({ allocation: 'fixed-share', keys: { [keyId]: { windows: [{ name: 'w', limit: 7, windowMs: 1000 }] } } })).doc;
+    expect(smallFixedShares(all, 3).map((x) => x.path)).to.deep.equal(['plans.free.windows.0', 'plans.anonymous.windows.0', `keys.${keyId}.windows.0`]);
   });
 
   it('rejects an unknown allocation, and fixed share written as a mode, naming the field', () => {
