@@ -1,6 +1,8 @@
-import { ErrorCode, RateLimiterError } from '../lib/errors.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
+import { bad, bool, int, list, num, object, optional, pair, posint, record, str, uint, type Reader } from './body-readers.js';
+
+export { EnvelopeError, type RejectReason } from './body-readers.js';
 
 /*
  * The bodies of the bus's envelopes (`bus/codec.ts` seals and opens them): their types, and a
@@ -8,19 +10,6 @@ import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } 
  * release newer may append fields to a record or add keys to a body, and they are ignored. Any bad
  * field rejects the whole body with an `EnvelopeError` naming its path.
  */
-
-/** Why an envelope was rejected; counted per reason. */
-export type RejectReason = 'version' | 'secret' | 'mac' | 'malformed';
-
-/** A rejected envelope: `reason` for counting, `message` names the bad field. */
-export class EnvelopeError extends RateLimiterError {
-  constructor(
-    readonly reason: RejectReason,
-    message: string,
-  ) {
-    super(ErrorCode.REFUSED, message);
-  }
-}
 
 /** Bodies by envelope type. */
 export interface Bodies {
@@ -82,62 +71,6 @@ export type EnvelopeType = keyof Bodies;
 
 /** A decoded, verified envelope. */
 export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[EnvelopeType];
-
-// ---- field readers: each names the offending path ---------------------------------------------
-
-type Reader<T> = (v: unknown, path: string) => T;
-
-function bad(path: string, what: string): never {
-  throw new EnvelopeError('malformed', `${path}: ${what}`);
-}
-
-const ID = /^[A-Za-z0-9_.:-]{1,128}$/;
-const str: Reader<string> = (v, p) => (typeof v === 'string' && ID.test(v) ? v : bad(p, 'must be an id string (1-128 of A-Z a-z 0-9 _ . : -)'));
-const uint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : bad(p, 'must be a non-negative integer'));
-const int: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : bad(p, 'must be an integer'));
-const posint: Reader<number> = (v, p) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : bad(p, 'must be a positive integer'));
-const num: Reader<number> = (v, p) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : bad(p, 'must be a non-negative number'));
-const optional =
-  <T>(r: Reader<T>): Reader<T | undefined> =>
-  (v, p) =>
-    v === undefined ? undefined : r(v, p);
-const bool: Reader<boolean> = (v, p) => (v === 0 || v === 1 ? v === 1 : bad(p, 'must be 0 or 1'));
-
-/** A record's fields in wire order; the encoder writes them as an array, the decoder reads them back. */
-type Fields<T> = ReadonlyArray<readonly [keyof T & string, Reader<unknown>]>;
-
-function record<T>(fields: Fields<T>): { encode: (x: T) => unknown[]; decode: Reader<T> } {
-  return {
-    encode: (x) => fields.map(([k, r]) => (r === bool ? (x[k] ? 1 : 0) : x[k])),
-    decode: (v, p) => {
-      if (!Array.isArray(v) || v.length < fields.length) bad(p, `must be an array of at least ${fields.length} fields`);
-      const out: Record<string, unknown> = {};
-      // Trailing elements are fields of a newer release: ignored.
-      for (let i = 0; i < fields.length; i++) out[fields[i]![0]] = fields[i]![1](v[i], `${p}.${fields[i]![0]}`);
-      return out as T;
-    },
-  };
-}
-
-function list<T>(r: Reader<T>, max = 100_000): Reader<T[]> {
-  return (v, p) => {
-    if (!Array.isArray(v) || v.length > max) bad(p, `must be an array of at most ${max} items`);
-    return v.map((x, i) => r(x, `${p}[${i}]`));
-  };
-}
-
-function object<T>(fields: { [K in keyof T]: Reader<T[K]> }): Reader<T> {
-  return (v, p) => {
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(p, 'must be an object');
-    const out: Record<string, unknown> = {};
-    // Keys not listed are a newer release's: ignored.
-    for (const k of Object.keys(fields)) {
-      const x = (fields as Record<string, Reader<unknown>>)[k]!((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
-      if (x !== undefined) out[k] = x; // an optional field left out stays out
-    }
-    return out as T;
-  };
-}
 
 /**
  * A record followed by a `fixedShare` flag, written only when set: a release that does not know it
@@ -225,14 +158,19 @@ const requestRec = flagged(
   13,
 );
 
-/** A grant's fields, then `floated` when not 0 (a release that does not know it ignores it, and counts more committed). */
+/**
+ * A grant's fields, then `floated` (0 for none), then `late` (1, or left out): each trailing field a
+ * release that does not know it ignores; an older one, ignoring `floated`, counts more committed.
+ */
 const decodeGrant: Reader<Grant> = (v, p) => {
   const g = grantRec.decode(v, p);
-  const floated = (v as unknown[]).length > GRANT_FIELDS ? uint((v as unknown[])[GRANT_FIELDS], `${p}.floated`) : 0;
+  const a = v as unknown[];
+  const floated = a.length > GRANT_FIELDS ? uint(a[GRANT_FIELDS], `${p}.floated`) : 0;
   if (floated > g.issued) bad(`${p}.floated`, 'must not be more than issued');
-  return floated > 0 ? { type: 'grant', ...g, floated } : { type: 'grant', ...g };
+  const late = a.length > GRANT_FIELDS + 1 && bool(a[GRANT_FIELDS + 1], `${p}.late`);
+  return { type: 'grant', ...g, ...(floated > 0 ? { floated } : {}), ...(late ? { late: 1 as const } : {}) };
 };
-const encodeGrant = (g: Grant): unknown[] => (g.floated ? [...grantRec.encode(g), g.floated] : grantRec.encode(g));
+const encodeGrant = (g: Grant): unknown[] => [...grantRec.encode(g), ...(g.late === 1 ? [g.floated ?? 0, 1] : g.floated ? [g.floated] : [])];
 const decodeMessage: Reader<OwnerMessage> = (v, p) => {
   if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
   return v[0] === 'g' ? decodeGrant(v[1], `${p}.grant`) : { type: 'adjust', ...adjustRec.decode(v[1], `${p}.adjust`) };
@@ -247,18 +185,44 @@ const decodeEntry: Reader<LogEntry> = (v, p) => {
 };
 const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
 
-const pair =
-  <A, B>(a: Reader<A>, b: Reader<B>): Reader<[A, B]> =>
-  (v, p) => {
-    if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
-    return [a(v[0], `${p}[0]`), b(v[1], `${p}[1]`)];
-  };
+/**
+ * A checkpoint: its ledgers' entries, then its shard's ended marks, which travel as `ended` ([window
+ * length, end] pairs) and `unmarked` (the shard's unmarked horizon, if any): body keys a release that
+ * does not know them ignores, where an entry of a new kind would reject its whole checkpoint. `ended`
+ * is always written, `[]` for none, so a checkpoint of a release that keeps marks is told apart from
+ * an older release's (no key), whose owner dropped ledgers without marking them: read as an
+ * `unmarked` entry with no horizon, which the replaying owner dates.
+ */
+/** `unmarked`, read leniently (a bad value would reject the ledgers too): a fraction ceiled, anything else not a time undated (`null`). */
+const horizon: Reader<number | null | undefined> = (v) => (v === undefined ? undefined : typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.ceil(v) : null);
+const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)), unmarked: horizon });
+const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
+  const { ended, unmarked, ...b } = snapshotFields(v, p);
+  for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', shard: b.shard, windowMs, end });
+  if (ended === undefined || unmarked === null) b.entries.push({ kind: 'unmarked', shard: b.shard });
+  else if (unmarked !== undefined) b.entries.push({ kind: 'unmarked', shard: b.shard, by: unmarked });
+  return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
+};
+/** A checkpoint's entries in its body's keys; an undated `unmarked` entry (an older release's checkpoint, read) is written as one: no `ended`. */
+const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]>; unmarked?: number } => {
+  const out: unknown[] = [];
+  const ended: Array<[number, number]> = [];
+  let unmarked = -1;
+  for (const e of entries) {
+    if (e.kind === 'report') out.push(['r', encodeBatch(e.batch)]);
+    else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
+    else if (e.kind === 'ended') ended.push([e.windowMs, e.end]);
+    else unmarked = e.by === undefined ? Infinity : Math.max(unmarked, Math.ceil(e.by));
+  }
+  return unmarked === Infinity ? { entries: out } : unmarked < 0 ? { entries: out, ended } : { entries: out, ended, unmarked };
+};
+
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
 
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: decodeBatch,
   grants: object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) }),
-  snapshot: object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint) }),
+  snapshot: decodeSnapshot,
   ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
   messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
   peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
@@ -273,7 +237,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
   snapshot: (b) => ({
     shard: b.shard,
-    entries: b.entries.map((e) => (e.kind === 'report' ? ['r', encodeBatch(e.batch)] : ['g', encodeGrant(e.grant)])),
+    ...encodeEntries(b.entries),
     ...(b.epoch !== undefined ? { epoch: b.epoch } : {}),
   }),
   ask: (b) => ({ id: b.id, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, requests: b.requests.map(requestRec.encode) }),

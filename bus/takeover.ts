@@ -38,10 +38,17 @@ export class Takeover {
       const reports = (await ctx.redis.call('XRANGE', ctx.keys.shard(shard, 'reports'), '-', '+')) as StreamEntries;
       if (!current()) return;
       const entries: LogEntry[] = [];
-      for (const [, flat] of [...log, ...reports]) {
+      let checkpoint = false;
+      let lost = false;
+      for (const [i, [, flat]] of [...log, ...reports].entries()) {
         const env = ctx.open(EnvelopeCodec.fromStream(flat));
         if (env !== undefined) entries.push(...logEntries(env));
+        if (i < log.length) [checkpoint, lost] = [checkpoint || env?.t === 'snapshot', lost || env === undefined];
       }
+      // The ended marks travel in checkpoints: without a settled fence, without a checkpoint that
+      // opened (the length cap trimmed it, or none was written yet) or with a log entry that did not
+      // open, the ledgers an earlier owner dropped may be unmarked in what is left.
+      if (blind || !checkpoint || lost) entries.push({ kind: 'unmarked', shard });
       ctx.owner()!.replay(entries);
       const lastReport = reports[reports.length - 1]?.[0];
       if (lastReport !== undefined && !streamIdBelow(lastReport, st.lastRead)) st.lastRead = lastReport;

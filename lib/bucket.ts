@@ -61,6 +61,12 @@ export class Bucket {
   exhaustedSeq = 0;
   /** Must be reported at the end of the round even without requests (recall, self-grant). */
   dirty = false;
+  /**
+   * A grant that raised this window's credit landed after the window ended without saying `late`
+   * (`Grant.late`): its owner may have issued it for a window whose record it lost, so once the
+   * window has ended the bucket's credit covers nothing (`NodeAsks.usable`).
+   */
+  lateUnsure = false;
 
   /**
    * @param offset phase offset of this key for this window length
@@ -92,6 +98,7 @@ export class Bucket {
     this.fastRound = -1;
     this.exhausted = Exhaustion.None;
     this.exhaustedSeq = 0;
+    this.lateUnsure = false;
     this.seen = 0;
   }
 

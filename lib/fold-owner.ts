@@ -3,6 +3,7 @@ import { SKEW_ROUNDS } from './lease-node.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
+import { EndedMarks } from './owner/ended.js';
 import { FixedShare } from './owner/fixed-share.js';
 import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
@@ -45,6 +46,8 @@ export class FoldOwner {
   private readonly floats: Floats;
   private readonly fixed: FixedShare;
   private readonly measured = new Concentration();
+  /** Per shard and window length, the end of the latest window whose ledger was dropped (`ended`). */
+  readonly marks = new EndedMarks();
   readonly stats: FoldOwnerStats = newStats();
   /** The keys this owner folds the most for lately (`TopKeys`), and the fold ages of its reports. */
   readonly topKeys: TopKeys;
@@ -56,7 +59,7 @@ export class FoldOwner {
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
-    this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats);
+    this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
     this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats);
     this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
   }
@@ -65,7 +68,7 @@ export class FoldOwner {
   onCreditRequest(req: CreditRequest): Grant | undefined {
     // Float leases are an owner's own: no node asks as one.
     if (req.nodeEpoch.startsWith(FLOAT_PREFIX)) return undefined;
-    if (this.ended(windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
+    if (this.ended(this.cfg.shardOf(req.keyId, req.windowId), req.windowMs, windowEndMs(req.windowId, req.windowMs, phaseOffset(req.keyId, req.windowMs)))) return undefined;
     this.topKeys.count(req.keyId);
     const ledger = this.ledgers.ledgerFor(req.keyId, req.windowId, req.windowMs, req.limit, req.fixedShare === true);
     const lease = leaseFor(ledger, req.nodeId, req.nodeEpoch, req.lease);
@@ -152,7 +155,7 @@ export class FoldOwner {
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
       if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
         if (ledger.fixed) {
-          if (!this.ended(ledger.windowEnd)) this.fixed.topUp(ledger, lease);
+          if (!this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) this.fixed.topUp(ledger, lease);
         } else this.topUp(ledger, lease, r);
       }
       this.issuer.announceRefilled(ledger);
@@ -173,7 +176,7 @@ export class FoldOwner {
    * on the nodes that happened to hold it when the key stopped, while others refused.)
    */
   private topUp(ledger: Ledger, lease: Lease, r: Report): void {
-    if (this.ended(ledger.windowEnd)) return;
+    if (this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) return;
     const target = this.sizing.target(ledger, r.demand);
     if (held(lease) >= target) return;
     // The float too, when the pool is short (a top-up goes out once all it states is on record).
@@ -191,12 +194,12 @@ export class FoldOwner {
 
   /** Rebuilds ledgers from a shard's retained log before serving it (`replayLog`). */
   replay(entries: readonly LogEntry[]): void {
-    replayLog(this.ledgers, this.reports, entries);
+    replayLog(this.ledgers, this.reports, this.marks, entries, this.cfg.clock.now() + SKEW_ROUNDS * this.cfg.roundMs);
   }
 
   /** A checkpoint of one shard's ledgers as log entries; `replay(snapshot(s))` restores them (`snapshotShard`). */
   snapshot(shard: number): LogEntry[] {
-    return snapshotShard(this.ledgers, this.issuer, shard);
+    return snapshotShard(this.ledgers, this.issuer, this.marks, shard);
   }
 
   /** Messages produced for other nodes (recalls, notices) since the last call. */
@@ -205,27 +208,24 @@ export class FoldOwner {
   }
 
   /**
-   * Whether a window that ends at `windowEnd` ended more than SKEW_ROUNDS ago by this owner's clock.
-   * No node whose clock is within the skew allowed of this one's is still in it, so its ledger may be
-   * swept, and nothing more is issued for it. An ask or a report that late was long on its way (what
-   * it got would land after the window ended there too) or comes from a clock stepped back beyond the
-   * skew, and a ledger swept meanwhile would come back empty, as if none of the window's allowance had
-   * been issued. Such a node is refused until its clock is in a live window.
+   * Whether nothing more is issued for a window: it ended SKEW_ROUNDS ago by this owner's clock (no node
+   * within the skew is still in it), or by its shard's ended mark, whatever the clock says (`EndedMarks`).
    */
-  private ended(windowEnd: number, nowMs = this.cfg.clock.now()): boolean {
-    return windowEnd <= nowMs - SKEW_ROUNDS * this.cfg.roundMs;
+  private ended(shard: number, windowMs: number, windowEnd: number): boolean {
+    return windowEnd <= this.cfg.clock.now() - SKEW_ROUNDS * this.cfg.roundMs || this.marks.covers(shard, windowMs, windowEnd);
   }
 
   /**
    * Drops ledgers of windows that ended (`ended`: two rounds ago), each measured for concentration
-   * first (`lib/owner/concentration.ts`), and forgets ended self-grant episodes. `ended` hears of each
-   * dropped window: what it admitted fleet-wide (spent, summed over its leases) against its allowance
-   * — the traffic history policy staging judges candidates by.
+   * first (`lib/owner/concentration.ts`) and raising its shard's ended mark, and forgets ended
+   * self-grant episodes. `ended` hears of each dropped window: what it admitted fleet-wide (spent,
+   * summed over its leases) against its allowance — the traffic history policy staging judges candidates by.
    */
   sweep(nowMs: number, ended?: (keyId: string, windowMs: number, windowEnd: number, admitted: number, allowance: number) => void): void {
     const fleet = this.cfg.fleet.size();
     const dropped = (l: Ledger): void => {
       this.measured.observe(l, fleet);
+      this.marks.raise(l.shard, l.windowMs, l.windowEnd);
       if (ended === undefined) return;
       let admitted = 0;
       for (const lease of l.leases) admitted += lease.spent;

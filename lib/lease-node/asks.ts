@@ -135,15 +135,14 @@ export abstract class NodeAsks extends NodeMessages {
     }
   }
 
-  /** After the fast path: take credit if every window now has it, else deny. */
+  /**
+   * After the fast path: take credit if every window now has it, else deny. A window that ended while
+   * the ask was out still counts what it holds (`usable`): the request came in it. A bucket another
+   * request or a round rolled meanwhile holds only the new window's credit.
+   */
   private recheck(subject: Subject, cost: number): Acquired {
     const now = this.clock.now();
-    const windows = subject.limits.windows;
-    for (let i = 0; i < windows.length; i++) {
-      const b = subject.buckets[i] as Bucket;
-      // The window may have rolled while we waited: its fresh bucket has no credit yet.
-      if (b.windowEnd <= now || b.credit < cost) return this.deny(subject, cost, 'refused');
-    }
+    for (const b of subject.buckets) if (!usable(b, cost, now)) return this.deny(subject, cost, 'refused');
     return this.take(subject, cost);
   }
 
@@ -162,8 +161,7 @@ export abstract class NodeAsks extends NodeMessages {
     let shortName = '';
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
-      // Credit in a window that ended while an ask was out covers nothing: its successor is short.
-      if (b.credit >= cost && b.windowEnd > now) return;
+      if (usable(b, cost, now)) return;
       if (b.exhausted === Exhaustion.Spent && (spent === undefined || b.windowEnd > spent.windowEnd)) {
         spent = b;
         spentName = w.name;
@@ -178,6 +176,18 @@ export abstract class NodeAsks extends NodeMessages {
     subject.shortRound = this.roundNo;
     return { admitted: false, window: shortName || subject.limits.windows[0]!.name, retryAfterMs: wait, unavailable: false };
   }
+}
+
+/**
+ * Whether `b` covers `cost`. Once its window has ended (an ask was out at the boundary), only if no
+ * grant that landed after the end lacked `late`: a grant that says it was issued by an owner keeping
+ * complete ended marks for the window, which never issues for a window whose ledger any owner of the
+ * shard dropped, so it is the window's allowance, on record there. A grant without it (an older
+ * release, or a shard an older release owned lately) may have been issued from a ledger made again
+ * after its sweep, as if nothing had been issued: it covers nothing once the window ended.
+ */
+function usable(b: Bucket, cost: number, now: number): boolean {
+  return b.credit >= cost && !(b.lateUnsure && b.windowEnd <= now);
 }
 
 function isPromise<T>(v: T | Promise<T>): v is Promise<T> {

@@ -34,6 +34,8 @@ export abstract class NodeMessages extends NodeBoundary {
     if (b !== undefined) this.heard(shardOf(g.keyId, g.windowId, this.cfg.shards));
     if (b !== undefined && g.windowId === b.windowId && g.grantSeq > b.grantSeq) {
       b.grantSeq = g.grantSeq;
+      // Credit that lands once the window ended counts only if its owner keeps complete ended marks.
+      if (g.issued > b.issued && g.late !== 1 && this.clock.now() >= b.windowEnd) b.lateUnsure = true;
       if (g.issued > b.issued) b.issued = g.issued;
       // A grant sized under an older, higher limit is cut to the one in force.
       this.trim(b, this.limitOf(g.keyId, g.windowMs));

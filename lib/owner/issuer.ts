@@ -2,6 +2,7 @@ import { ErrorCode, RateLimiterError } from '../errors.js';
 import type { Lease, Ledger } from '../ledger-store.js';
 import type { Adjust, Grant, OwnerMessage } from '../protocol/messages.js';
 import { roundNow, type FoldOwnerConfig, type FoldOwnerStats } from './config.js';
+import type { EndedMarks } from './ended.js';
 import { committed, held } from './ledger-sums.js';
 import type { CreditPool } from './pool.js';
 import type { GrantSizing } from './sizing.js';
@@ -26,6 +27,7 @@ export class Issuer {
     private readonly pool: CreditPool,
     private readonly sizing: GrantSizing,
     private readonly stats: FoldOwnerStats,
+    private readonly marks: EndedMarks,
   ) {}
 
   /** Queues a message for the outbox. */
@@ -58,7 +60,11 @@ export class Issuer {
     return this.restate(ledger, lease);
   }
 
-  /** The lease's latest grant, cumulative: re-sending it repairs a lost grant and adds nothing. */
+  /**
+   * The lease's latest grant, cumulative: re-sending it repairs a lost grant and adds nothing. Every
+   * grant is made here, so every one says `late` exactly when this owner's ended marks are complete
+   * for its window (`EndedMarks.complete`): only then may a node spend it once the window has ended.
+   */
   restate(ledger: Ledger, lease: Lease): Grant {
     return {
       type: 'grant',
@@ -72,6 +78,7 @@ export class Issuer {
       ownerEpoch: this.cfg.ownerEpoch(ledger.shard),
       issued: lease.issued,
       ...(lease.floated > 0 ? { floated: lease.floated } : {}),
+      ...(this.marks.complete(ledger.shard, ledger.windowEnd) ? { late: 1 as const } : {}),
     };
   }
 

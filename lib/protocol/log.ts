@@ -1,4 +1,14 @@
 import type { Grant, ReportBatch } from './messages.js';
 
-/** One entry of a shard's log: what an owner folds, and what a new or restarted owner replays. */
-export type LogEntry = { readonly kind: 'report'; readonly batch: ReportBatch } | { readonly kind: 'grant'; readonly grant: Grant };
+/**
+ * One entry of a shard's log: what an owner folds, and what a new or restarted owner replays. `ended`:
+ * windows of length `windowMs` in `shard` ending at or before `end` are ended for good (an owner
+ * dropped their ledgers, `lib/owner/ended.ts`); a shard's checkpoint carries one per window length.
+ * `unmarked`: windows of `shard` ending at or before `by` may have been dropped without a mark; with
+ * no `by`, a checkpoint an older release wrote (it keeps no marks), dated by the replaying owner.
+ */
+export type LogEntry =
+  | { readonly kind: 'report'; readonly batch: ReportBatch }
+  | { readonly kind: 'grant'; readonly grant: Grant }
+  | { readonly kind: 'ended'; readonly shard: number; readonly windowMs: number; readonly end: number }
+  | { readonly kind: 'unmarked'; readonly shard: number; readonly by?: number };

@@ -55,6 +55,13 @@ export interface Grant extends LeaseRef {
    * asks): committed already, so a replay counts it once. Absent means 0.
    */
   readonly floated?: number;
+  /**
+   * 1 when the owner keeps complete ended marks for the window (`lib/owner/ended.ts`): it never
+   * issues for it once any owner dropped its ledger, so a node may spend this credit for a request
+   * that came in the window even if it lands after the window ended. Absent (an older release, or a
+   * shard an older release owned lately): credit that lands after the window ended covers nothing.
+   */
+  readonly late?: 1;
 }
 
 /**

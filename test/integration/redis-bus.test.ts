@@ -230,9 +230,10 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
           for (const m of fleet) {
             for (let i = 0; i < 2; i++) {
               const { admitted: yes } = await m.node.acquire(k, plan);
-              // Counted in the window it was decided in: an ask begun in one window can be answered
-              // after the node's round rolled the key into the next, whose credit admits it then.
-              const w = windowIdAt(Date.now(), W, phaseOffset(k, W));
+              // Counted in the window whose credit admitted it, the key's bucket's: an ask begun in one
+              // window and answered after its end admits from that window's credit (its grant says
+              // `late`) unless the bucket rolled meanwhile, when the next window's credit admits it.
+              const w = m.node.buckets.peek(k)?.buckets[0]?.windowId ?? windowIdAt(Date.now(), W, phaseOffset(k, W));
               if (yes) admitted.set(`${k}/${w}`, (admitted.get(`${k}/${w}`) ?? 0) + 1);
             }
           }
@@ -433,5 +434,32 @@ describe('Redis bus (real redis-server): streams, ownership, envelopes', functio
     await ctx.raw.hset(fence, 'epoch', '10', 'holder', 'b/e10');
     expect(await ctx.raw.eval(script, 3, log, reports, fence, '9', 'a/e9', '50', String(Date.now()), 'v', '1', 't', 'snapshot')).to.equal(null);
     expect(await ctx.raw.xlen(log)).to.equal(2);
+  });
+
+  it('a takeover dates the unmarked horizon (no late credit for windows ending by it) when the fence is lost, the log holds no checkpoint that opens, or an entry that does not open', async () => {
+    const a = join('a');
+    const b = join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    await until(() => a.bus.ownedShards().length === SHARDS / 2 && b.bus.ownedShards().length === SHARDS / 2, 'the shards to split evenly');
+    const [kept, trimmed, garbled, blind] = b.bus.ownedShards() as [number, number, number, number];
+    const horizon = (shard: number): number | undefined => {
+      const e = a.owner.snapshot(shard).find((x) => x.kind === 'unmarked');
+      return e?.kind === 'unmarked' ? e.by : undefined;
+    };
+    // a takes b's shards over only once the logs are as each case needs (its rounds drive takeovers).
+    a.rounds(false);
+    await b.stop(); // a clean leave: a checkpoint of every shard b served, the fences settled
+    const log = (shard: number): string => `${ctx.prefix}:{s${shard}}:log`;
+    for (const s of [kept, trimmed, garbled, blind]) expect(await ctx.raw.xlen(log(s)), `a checkpoint of shard ${s}`).to.be.above(0);
+    await ctx.raw.del(log(trimmed)); // the length cap trimmed the checkpoint
+    await ctx.raw.xadd(log(garbled), '*', 'v', 'b0', 't', 'grants', 'b', '{}'); // an entry that does not open
+    await ctx.raw.del(`${ctx.prefix}:{s${blind}}:fence`); // Redis lost the fence (not the log): blind
+    await new Promise((r) => setTimeout(r, 4 * ROUND_MS)); // fixed: any earlier horizon is in the past
+    const t0 = Date.now();
+    a.rounds(true);
+    await until(() => [kept, trimmed, garbled, blind].every((s) => a.bus.ownedShards().includes(s)), 'a to serve b’s shards', 10_000);
+    const kept0 = horizon(kept);
+    expect(kept0 === undefined || kept0 < t0, 'a checkpoint that opened, and nothing lost: no new horizon').to.equal(true);
+    for (const s of [trimmed, garbled, blind]) expect(horizon(s), `shard ${s}`).to.be.at.least(t0 + 2 * ROUND_MS);
   });
 });

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
-import { shardOf, type OwnerMessage } from '../../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type OwnerMessage } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { demoPolicy } from '../support/fixtures.js';
 import { grantFor, RecordingLink } from '../support/links.js';
@@ -234,17 +234,98 @@ describe('lease node: the decision path', () => {
     expect(link.requests).to.have.length(2);
   });
 
-  it('a request whose answer came after its window ended is told to retry now, never left without a Retry-After', async () => {
+  it('a request whose window ended while its ask was out is admitted against the credit granted for that window, by an owner keeping complete ended marks', async () => {
+    // It came in that window, and the grant was that window's allowance: the wait is the owner's, not
+    // the caller's (1 in 1,000 requests of 1 s windows asking per request was refused for it).
     const clock = new FakeClock(1_800_000_000_000);
     const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
     clock.advance(end - clock.now() - 1); // 1 ms before the key's window ends
     const link = new RecordingLink((reqs) => {
-      clock.advance(2); // the window rolls while the ask is out; its grant is for the window that ended
+      clock.advance(2); // the window ends while the ask is out; its grant is for the window that ended
+      return Promise.resolve(reqs.map((r) => ({ ...grantFor(r, 1, 1), late: 1 as const })));
+    });
+    const node = makeNode(link, clock);
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    expect([b.windowEnd, b.spent, b.credit], 'charged to the window it came in').to.deep.equal([end, 1, 0]);
+    // The next request is in the new window: its bucket rolls, with nothing of the old one's.
+    const next = node.acquire(KEY, one);
+    expect(next).to.be.instanceOf(Promise);
+    expect(await next).to.deep.equal({ admitted: true });
+    expect([b.windowEnd, b.spent]).to.deep.equal([end + 1000, 1]);
+  });
+
+  it('a grant without `late` (an owner whose marks may be incomplete) that lands after the window ended covers nothing there: refused, retry now', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    const link = new RecordingLink((reqs) => {
+      clock.advance(2);
       return Promise.resolve(reqs.map((r) => grantFor(r, 1, 1)));
+    });
+    const node = makeNode(link, clock);
+    const r = (await node.acquire(KEY, one)) as Denied;
+    expect([r.admitted, r.retryAfterMs]).to.deep.equal([false, 0]);
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    expect([b.windowEnd, b.spent, b.credit]).to.deep.equal([end, 0, 1]);
+    // A later grant saying `late` does not clear it: the credit the first one added is still there.
+    node.onMessage({ ...grantFor(link.requests[0]![0]!, 2, 2), late: 1 });
+    expect(b.lateUnsure).to.equal(true);
+    // The next window's bucket starts without the mark.
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect([b.windowEnd, b.lateUnsure]).to.deep.equal([end + 1000, false]);
+  });
+
+  it('credit that landed before the window ended covers a request that came in it, whatever the grant said, even once the window ended during the ask', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    let node: LeaseNode | undefined;
+    const link = new RecordingLink((reqs) => {
+      node!.onMessage(grantFor(reqs[0]!, 1, 1)); // a top-up, without `late`, lands before the end
+      clock.advance(2);
+      return Promise.resolve([]);
+    });
+    node = makeNode(link, clock);
+    expect(await node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+    expect(node.buckets.peek(KEY)!.buckets[0]!.lateUnsure).to.equal(false);
+  });
+
+  it('a request whose window ended while its ask was out, answered with nothing, is told to retry now', async () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    const link = new RecordingLink(() => {
+      clock.advance(2);
+      return Promise.resolve([]);
     });
     const r = (await makeNode(link, clock).acquire(KEY, one)) as Denied;
     expect(r.admitted).to.equal(false);
-    expect(r.retryAfterMs).to.equal(0);
+    expect(r.retryAfterMs, 'never left without a Retry-After').to.equal(0);
+  });
+
+  it('a request that came after its window ended, while an ask of the window before was out, takes nothing of that window', async () => {
+    // Only requests that came in the window may spend its late grant. One that came after the
+    // boundary rolls the bucket, so the grant for the ended window finds no bucket of its window: both
+    // are refused (the one that asked too, a refusal left), and nothing is charged to either window.
+    const clock = new FakeClock(1_800_000_000_000);
+    const end = windowEndMs(windowIdAt(clock.now(), 1000, phaseOffset(KEY, 1000)), 1000, phaseOffset(KEY, 1000));
+    clock.advance(end - clock.now() - 1);
+    let answer: (g: ReturnType<typeof grantFor>[]) => void = () => undefined;
+    const asked: CreditRequest[][] = [];
+    const link = new RecordingLink((reqs) => {
+      asked.push([...reqs]);
+      return asked.length === 1 ? new Promise((resolve) => (answer = resolve)) : Promise.resolve([]);
+    });
+    const node = makeNode(link, clock);
+    const first = node.acquire(KEY, one);
+    clock.advance(2); // the window ends; a second request comes in the next one
+    const second = node.acquire(KEY, one);
+    answer(asked[0]!.map((r) => grantFor(r, 1, 1)));
+    expect((await second).admitted, 'it came in the next window, which nobody granted').to.equal(false);
+    expect((await first).admitted, 'its bucket rolled under it').to.equal(false);
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    expect([b.windowEnd, b.spent, b.credit]).to.deep.equal([end + 1000, 0, 0]);
   });
 
   it('a window short only here (its ask for this round is spent) says retry next round, not at its end', () => {

@@ -68,7 +68,7 @@ function ledgersIn(entries: readonly LogEntry[]): Set<string> {
   const out = new Set<string>();
   for (const e of entries) {
     if (e.kind === 'grant') out.add(ledgerId(e.grant.keyId, e.grant.windowMs, e.grant.windowId));
-    else for (const r of e.batch.reports) out.add(ledgerId(r.keyId, r.windowMs, r.windowId));
+    else if (e.kind === 'report') for (const r of e.batch.reports) out.add(ledgerId(r.keyId, r.windowMs, r.windowId));
   }
   return out;
 }
@@ -82,6 +82,8 @@ function canonical(entries: readonly LogEntry[]): string[] {
   const lines: string[] = [];
   for (const e of entries) {
     if (e.kind === 'grant') lines.push(JSON.stringify(['g', e.grant]));
+    else if (e.kind === 'ended') lines.push(JSON.stringify(['e', e.windowMs, e.end]));
+    else if (e.kind === 'unmarked') lines.push(JSON.stringify(['u', e.shard, e.by]));
     else for (const r of e.batch.reports) lines.push(JSON.stringify(['r', e.batch.shard, e.batch.nodeId, e.batch.nodeEpoch, { ...r, demand: undefined }]));
   }
   return lines.sort();
