@@ -48,6 +48,36 @@ function sweptOwner(clock: FakeClock): FoldOwner {
   return o;
 }
 
+/**
+ * Node a (its clock right) spends W0's whole allowance from `answer`; node b, a round behind true
+ * time, asks 1 ms before W0 ends by its clock and its answer is held up. `meanwhile` runs at true
+ * time END + R (b's clock at END − 1), before b's loop picks the answer up at END by its clock.
+ * What b admitted in W0, with a's.
+ */
+async function lateAnswer(answer: (reqs: readonly CreditRequest[]) => Grant[], meanwhile: () => void): Promise<number> {
+  const clockA = new FakeClock(END - 500);
+  const a = new LeaseNode(nodeConfig({ nodeId: 'a', nodeEpoch: 'a-e1' }), clockA, new RecordingLink(answer));
+  let admitted = 0;
+  for (let i = 0; i < 3 * LIMIT; i++) {
+    const r = a.acquire(KEY, limits);
+    if (r instanceof Promise) expect.fail('answered at once');
+    if (r.admitted) admitted++;
+    clockA.advance(1);
+  }
+  expect(admitted, 'node a spent the allowance').to.equal(LIMIT);
+  const clockB = new FakeClock(END - 1);
+  let release: (() => void) | undefined;
+  const linkB = new RecordingLink((reqs) => new Promise((resolve) => (release = () => resolve(answer(reqs)))));
+  const b = new LeaseNode(nodeConfig({ nodeId: 'b', nodeEpoch: 'b-e1' }), clockB, linkB);
+  const pending = b.acquire(KEY, limits);
+  expect(linkB.requests.flat().map((q) => q.windowId)).to.deep.equal([W0]);
+  meanwhile();
+  clockB.set(END); // b's loop stalled: it picks the answer up once W0 ended by its clock
+  release!();
+  if ((await pending).admitted) admitted++;
+  return admitted;
+}
+
 describe('owner: the ended mark', () => {
   it('a node spends a late grant for its ended window, and an owner whose clock stepped back after the sweep issues nothing for it: no more than the allowance', async () => {
     // Wall clocks within a round of true time (two rounds of each other). Node a spends the whole
@@ -57,32 +87,13 @@ describe('owner: the ended mark', () => {
     const ownerClock = new FakeClock(END - 500);
     const owner = newOwner(ownerClock);
     const answer = (reqs: readonly CreditRequest[]): Grant[] => reqs.flatMap((r) => owner.onCreditRequest(r) ?? []);
-    const clockA = new FakeClock(END - 500);
-    const a = new LeaseNode(nodeConfig({ nodeId: 'a', nodeEpoch: 'a-e1' }), clockA, new RecordingLink(answer));
-    let admitted = 0;
-    for (let i = 0; i < 3 * LIMIT; i++) {
-      const r = a.acquire(KEY, limits);
-      if (r instanceof Promise) expect.fail('answered at once');
-      if (r.admitted) admitted++;
-      clockA.advance(1);
-    }
-    expect(admitted, 'node a spent the allowance').to.equal(LIMIT);
-    const clockB = new FakeClock(END - 1);
-    let late: (() => void) | undefined;
-    const linkB = new RecordingLink((reqs) => new Promise((resolve) => (late = () => resolve(answer(reqs)))));
-    const b = new LeaseNode(nodeConfig({ nodeId: 'b', nodeEpoch: 'b-e1' }), clockB, linkB);
-    const pending = b.acquire(KEY, limits);
-    expect(linkB.requests.flat().map((q) => q.windowId)).to.deep.equal([W0]);
-    ownerClock.set(END + 2 * R); // true time END + R
-    owner.sweep(ownerClock.now());
-    expect(owner.committed(KEY, W, W0), 'the ledger was dropped').to.equal(0);
-    clockB.set(END + 1); // a round behind true time: W0 has ended for node b too
-    ownerClock.step(-2 * R); // a round behind true time
-    late!();
-    const r = await pending;
-    if (r.admitted) admitted++;
-    expect(r.admitted, 'nothing was issued for the swept window').to.equal(false);
-    expect(admitted, 'admitted in W0').to.be.at.most(LIMIT);
+    const admitted = await lateAnswer(answer, () => {
+      ownerClock.set(END + 2 * R); // true time END + R
+      owner.sweep(ownerClock.now());
+      expect(owner.committed(KEY, W, W0), 'the ledger was dropped').to.equal(0);
+      ownerClock.step(-2 * R); // a round behind true time
+    });
+    expect(admitted, 'admitted in W0: nothing was issued for the swept window').to.equal(LIMIT);
     expect(owner.committed(KEY, W, W0)).to.equal(0);
   });
 
@@ -323,36 +334,6 @@ describe('owner: the ended mark', () => {
         if (olderWriter) delete raw['ended'];
         return decoders.snapshot(JSON.parse(JSON.stringify(raw)), '').entries;
       });
-
-    /**
-     * Node a (its clock right) spends W0's whole allowance from `answer`; node b, a round behind true
-     * time, asks 1 ms before W0 ends by its clock and its answer is held up. `meanwhile` runs at true
-     * time END + R (b's clock at END − 1), before b's loop picks the answer up at END by its clock.
-     * What b admitted in W0, with a's.
-     */
-    async function lateAnswer(answer: (reqs: readonly CreditRequest[]) => Grant[], meanwhile: () => void): Promise<number> {
-      const clockA = new FakeClock(END - 500);
-      const a = new LeaseNode(nodeConfig({ nodeId: 'a', nodeEpoch: 'a-e1' }), clockA, new RecordingLink(answer));
-      let admitted = 0;
-      for (let i = 0; i < 3 * LIMIT; i++) {
-        const r = a.acquire(KEY, limits);
-        if (r instanceof Promise) expect.fail('answered at once');
-        if (r.admitted) admitted++;
-        clockA.advance(1);
-      }
-      expect(admitted, 'node a spent the allowance').to.equal(LIMIT);
-      const clockB = new FakeClock(END - 1);
-      let release: (() => void) | undefined;
-      const linkB = new RecordingLink((reqs) => new Promise((resolve) => (release = () => resolve(answer(reqs)))));
-      const b = new LeaseNode(nodeConfig({ nodeId: 'b', nodeEpoch: 'b-e1' }), clockB, linkB);
-      const pending = b.acquire(KEY, limits);
-      expect(linkB.requests.flat().map((q) => q.windowId)).to.deep.equal([W0]);
-      meanwhile();
-      clockB.set(END); // b's loop stalled: it picks the answer up once W0 ended by its clock
-      release!();
-      if ((await pending).admitted) admitted++;
-      return admitted;
-    }
 
     it('route A: an older owner sweeps W0 (a round ahead) and its clock steps back within the skew; the fresh grant it then issues lands after W0 ended: the node spends none of it', async () => {
       const ownerClock = new FakeClock(END - 500);
