@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import express, { type Express } from 'express';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { KeySchema } from '../../bus/keys.js';
@@ -8,9 +8,10 @@ import { SCHEMA_VERSION } from '../../bus/codec.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import { RELEASE } from '../../middleware/release.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import type { RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
+import { redisSuite } from '../support/redis-suite.js';
 import { POLICY_SIGNER, redisLimiter, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789-0123456789';
@@ -22,23 +23,14 @@ describe('admin enforcement-health page (real redis-server): sign-in, what it sh
   let raw: Redis;
   let app: Express;
   let prefix: string;
-  let n = 0;
   const limiters: RateLimiterMiddleware[] = [];
 
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url);
-  });
+  redisSuite('ui', (s) => ({ redis, raw, prefix } = s));
   beforeEach(() => {
-    prefix = `ui${++n}`;
     app = createAdminApp({ store: new PolicyStore(raw, POLICY_SIGNER, prefix), redis: raw, prefix, adminToken: ADMIN, breakGlassToken: GLASS, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
   });
   afterEach(async () => {
     await Promise.all(limiters.splice(0).map((l) => l.close()));
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
   });
 
   const as = (token: string) => ({ Authorization: `Bearer ${token}` });

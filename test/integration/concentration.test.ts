@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import express, { type Express } from 'express';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import type { FleetHealth } from '../../admin/fleet-health.js';
@@ -9,9 +9,10 @@ import { KeyHasher } from '../../lib/key-id.js';
 import type { PolicyDoc } from '../../lib/policy.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import type { RedisProcess } from '../../scripts/redis-server.js';
 import { TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
+import { redisSuite } from '../support/redis-suite.js';
 import { POLICY_SIGNER, redisLimiter, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789abcdef';
@@ -27,23 +28,12 @@ describe('concentration and fixed share over a real redis-server', function () {
   this.timeout(60_000);
   let redis: RedisProcess;
   let raw: Redis;
-  let n = 0;
-  let prefix = '';
+  let prefix: string;
   const limiters: RateLimiterMiddleware[] = [];
 
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url);
-  });
-  beforeEach(() => {
-    prefix = `conc${++n}`;
-  });
+  redisSuite('conc', (s) => ({ redis, raw, prefix } = s));
   afterEach(async () => {
     await Promise.all(limiters.splice(0).map((l) => l.close()));
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
   });
 
   /** Two gateways (n1, n2) under `doc`, the caller named by its x-key header; both see a fleet of two. */

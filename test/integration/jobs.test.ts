@@ -7,9 +7,10 @@ import { AUDIT_RETENTION_MS, EVENTS_RETENTION_MS, reap, retention, startWorker }
 import { EventLog, type LimitEvent, type LimitRefusal } from '../../bus/events.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import type { RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
+import { redisSuite } from '../support/redis-suite.js';
 import { POLICY_SIGNER, redisLimiter, SHARDS, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
@@ -25,22 +26,11 @@ describe('maintenance jobs (BullMQ), limit events, subject access and erasure (r
   let redis: RedisProcess;
   let raw: Redis;
   let prefix: string;
-  let n = 0;
   const cleanup: Array<() => Promise<unknown>> = [];
 
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url);
-  });
-  beforeEach(() => {
-    prefix = `job${++n}`;
-  });
+  redisSuite('job', (s) => ({ redis, raw, prefix } = s));
   afterEach(async () => {
     for (const c of cleanup.splice(0).reverse()) await c();
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
   });
 
   it('the reaper claims a dead process’s pending entries for the shard’s owner and removes its consumer and membership; a second run finds nothing', async () => {

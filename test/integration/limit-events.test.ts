@@ -8,9 +8,10 @@ import { EventLog, type LimitRefusal } from '../../bus/events.js';
 import { FakeClock } from '../../lib/clock.js';
 import { rateLimiter, type RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
 import { freePort } from '../../scripts/free-port.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import type { RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
+import { redisSuite } from '../support/redis-suite.js';
 import { BUS_SECRET } from '../support/redis-members.js';
 
 const KEY = 'v1:AAAAAAAAAAAAAAAAAAAAAA';
@@ -32,22 +33,11 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
   let redis: RedisProcess;
   let raw: Redis;
   let prefix: string;
-  let n = 0;
   const cleanup: Array<() => Promise<unknown> | void> = [];
 
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url);
-  });
-  beforeEach(() => {
-    prefix = `lev${++n}`;
-  });
+  redisSuite('lev', (s) => ({ redis, raw, prefix } = s));
   afterEach(async () => {
     for (const c of cleanup.splice(0).reverse()) await c();
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
   });
 
   function limiter(extra: Record<string, unknown>, identify: (req: express.Request) => { principal: string; tenant: string } | undefined): RateLimiterMiddleware {

@@ -1,14 +1,15 @@
 import { expect } from 'chai';
 import express, { type Express } from 'express';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createAdminApp } from '../../admin/app.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { KeyHasher } from '../../lib/key-id.js';
 import type { RateLimiterMiddleware } from '../../middleware/rate-limiter.js';
-import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
+import type { RedisProcess } from '../../scripts/redis-server.js';
 import { demoPolicy, TEST_KEY_HASH } from '../support/fixtures.js';
 import { captureLogger } from '../support/logs.js';
+import { redisSuite } from '../support/redis-suite.js';
 import { POLICY_SIGNER, redisLimiter, until } from '../support/redis-members.js';
 
 const ADMIN = 'admin-token-0123456789';
@@ -34,7 +35,6 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
   let app: Express;
   let store: PolicyStore;
   let prefix: string;
-  let n = 0;
   let limiter: RateLimiterMiddleware;
   let logs: ReturnType<typeof captureLogger>;
 
@@ -49,12 +49,8 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
       refusedRecords: Array<{ record: string; refused: string }>;
     };
 
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url);
-  });
+  redisSuite('sig', (s) => ({ redis, raw, prefix } = s));
   beforeEach(async () => {
-    prefix = `sig${++n}`;
     store = new PolicyStore(raw, POLICY_SIGNER, prefix);
     app = createAdminApp({ store, redis: raw, prefix, adminToken: ADMIN, breakGlassToken: GLASS, keyHash: TEST_KEY_HASH, logger: captureLogger().logger });
     logs = captureLogger();
@@ -65,10 +61,6 @@ describe('the policy store is signed (real redis-server): what a Redis writer wi
   });
   afterEach(async () => {
     await limiter.close();
-  });
-  after(async () => {
-    raw?.disconnect();
-    await redis?.stop();
   });
 
   it('a kill switch written into Redis without the secret is refused and counted: the exhausted key stays at 429', async () => {
