@@ -34,7 +34,11 @@ describe('A stall of the node’s own event loop is not owner silence (real redi
     while (placeOf(`v1:stall${i}`.padEnd(25, 'k')).shard !== shardOfB) i++;
     const asks = a.bus.stats.asksSent;
     // Six rounds: twice REACH_ROUNDS without a round reply on the full time, yet within b's lease on
-    // the shard (LEASE_ROUNDS; past it, the table entry itself lapses and nobody is reachable).
+    // the shard (LEASE_ROUNDS, counted from when a's round was sent; past it, the table entry itself
+    // lapses and nobody is reachable). On a busy machine a reply can come back late: stall once one
+    // leaves the lease room for the whole stall.
+    const table = (a.bus as unknown as { fleet: FleetTable }).fleet.table;
+    await until(() => table[shardOfB]!.expiresAt - performance.now() > 150 + ROUND_MS, 'a round reply leaving b’s lease room for the stall', 10_000);
     stall(150);
     expect(a.node.silenceMs(shardOfB), 'silence of b as a judges it right after the stall').to.equal(0);
     void a.node.acquire(`v1:stall${i}`.padEnd(25, 'k'), limits(100));
