@@ -8,6 +8,7 @@ import { fnv1a32 } from '../lib/hash.js';
 import { KeyHasher } from '../lib/key-id.js';
 import { startFleet, type Fleet } from './fleet.js';
 import { startRedis, type RedisProcess } from './redis-server.js';
+import { markdownTable } from './markdown-table.js';
 
 /**
  * `npm run drill:hot-key [-- --nodes 3 --seconds 20 --hot-rate 1000 --co-tenants 500 --co-rate 0.3]`:
@@ -172,17 +173,13 @@ async function run(o: Options, started: { redis?: RedisProcess; fleet?: Fleet; d
     ]);
   }
   const head = ['phase', 'requests (by status)', 'other reports folded', 'other fold age p50 / p99 ms', 'top p99 ms', 'worst loop lag ms per gateway'];
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
   process.stdout.write(
     [
       '',
       `hot-key drill: ${o.nodes} gateways over Redis; ${o.coTenants} co-tenant keys at ${o.coRate}/s on the hot key's shard, limit ${LIMIT}/s each; storm: the hot key at ${o.hotRate}/s (${o.hotRate / LIMIT}× its limit); ${o.seconds} s a phase`,
       `command: npm run drill:hot-key -- ${process.argv.slice(2).join(' ')}`,
       '',
-      line(head),
-      line(widths.map((w) => '-'.repeat(w))),
-      ...rows.map(line),
+      ...markdownTable(head, rows),
       '',
       `storm: p99 fold age of keys outside the owners' top keys ${stormOtherRounds.toFixed(2)} rounds (target ≤ 2)${stormOtherRounds <= 2 ? '' : ': missed; compare the loop lag (a starved host delays every fold, hot key or not)'}`,
       '',

@@ -6,6 +6,7 @@ import { SCENARIOS } from './sim/scenarios.js';
 import { simulate, type SimResult } from './sim/run.js';
 import { runStalls, type StallRun } from './sim/stalls.js';
 import { grid, meetsTargets, runCell, SHAPES, targetsFor, type CellResult, type Shape, type Tail } from './sim/sweep.js';
+import { markdownTable } from './markdown-table.js';
 
 /**
  * `npm run simulate -- --nodes 20 --scenario NAME|all [--seed N] [--duration S] [--json]`: the fleet
@@ -240,15 +241,11 @@ function renderSweep(results: CellResult[]): string {
       String(Math.max(...rs.map((r) => r.fastPathPct))),
     ];
   });
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
   return [
     `accuracy sweep: every cell the real protocol over the simulated bus, T = 25 ms, 64 shards, bus latency 0.2 ms ± 0.1${process.argv.includes('--tail') ? ' and a slow tail' : ''}`,
     `command: npm run simulate -- ${process.argv.slice(2).join(' ')}`,
     '',
-    line(head),
-    line(widths.map((w) => '-'.repeat(w))),
-    ...rows.map(line),
+    ...markdownTable(head, rows),
     '',
   ].join('\n');
 }

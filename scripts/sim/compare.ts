@@ -1,5 +1,6 @@
 import { GATE_RATIO } from '../../lib/owner/concentration.js';
 import type { CellResult } from './sweep.js';
+import { markdownTable } from '../markdown-table.js';
 
 /**
  * The sweep with `--allocations`: per fleet size, window and traffic shape, each allocation's accuracy
@@ -33,17 +34,13 @@ export function renderAllocations(results: readonly CellResult[], command: strin
       String(rs.reduce((n, r) => n + r.invariantViolations, 0)),
     ];
   });
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
   return [
     'allocation comparison: every cell the real protocol over the simulated bus, T = 25 ms, 64 shards, bus latency 0.2 ms ± 0.1',
     `leasing: credit granted on demand and moved where requests are; fixed-share: each node ⌊allowance / fleet⌋ from the owner, plus the reserve (2 %, or the rounding remainder if more)`,
     `concentration p95: the owners' ratio to uniform (fleet × busiest node's share of a window), lowest–highest over cells; gate: ≤ ${GATE_RATIO} → fixed share suffices`,
     `command: ${command}`,
     '',
-    line(head),
-    line(widths.map((w) => '-'.repeat(w))),
-    ...rows.map(line),
+    ...markdownTable(head, rows),
     '',
   ].join('\n');
 }
