@@ -1,6 +1,6 @@
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
-import { bad, bool, int, list, num, object, optional, pair, posint, record, str, uint, type Reader } from './body-readers.js';
+import { at, bad, bool, int, list, num, object, optional, pair, posint, quietly, record, str, uint, type Reader } from './body-readers.js';
 
 export { EnvelopeError, type RejectReason } from './body-readers.js';
 
@@ -76,43 +76,52 @@ export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[Envelo
  * A record followed by a `fixedShare` flag, written only when set: a release that does not know it
  * reads leasing (demand-sized grants, still within the allowance), and a record without it is leasing.
  */
-function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x: T) => unknown[]; decode: Reader<T> }, at: number): { encode: (x: T) => unknown[]; decode: Reader<T> } {
+function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x: T) => unknown[]; decode: Reader<T> }, index: number): { encode: (x: T) => unknown[]; decode: Reader<T> } {
   return {
-    encode: (x) => (x.fixedShare === true ? [...rec.encode(x), 1] : rec.encode(x)),
+    encode: (x) => {
+      const out = rec.encode(x);
+      if (x.fixedShare === true) out.push(1);
+      return out;
+    },
     decode: (v, p) => {
       const x = rec.decode(v, p);
-      return (v as unknown[]).length > at && bool((v as unknown[])[at], `${p}.fixedShare`) ? { ...x, fixedShare: true } : x;
+      if ((v as unknown[]).length > index && bool((v as unknown[])[index], at(p, '.fixedShare'))) (x as { fixedShare?: boolean }).fixedShare = true;
+      return x;
     },
   };
 }
 
-const reportFlagged = flagged(
-  record<Report>([
-    ['keyId', str],
-    ['windowId', uint],
-    ['windowMs', posint],
-    ['limit', uint],
-    ['lease', uint],
-    ['seq', int],
-    ['spent', uint],
-    ['issued', uint],
-    ['selfIssued', uint],
-    ['released', uint],
-    ['demand', num],
-    ['held', num],
-    ['selfGrant', bool],
-  ]),
-  13,
-);
+const reportFields = record<Report>([
+  ['keyId', str],
+  ['windowId', uint],
+  ['windowMs', posint],
+  ['limit', uint],
+  ['lease', uint],
+  ['seq', int],
+  ['spent', uint],
+  ['issued', uint],
+  ['selfIssued', uint],
+  ['released', uint],
+  ['demand', num],
+  ['held', num],
+  ['selfGrant', bool],
+]);
+const reportFlagged = flagged(reportFields, 13);
 /**
  * A report: its fields, the `fixedShare` flag, then `seen` (requests offered) when known — the flag
  * written as 0 before it when not set. A release that knows neither reads a leasing report.
  */
 const reportRec = {
-  encode: (r: Report): unknown[] => (r.seen === undefined ? reportFlagged.encode(r) : [...reportFlagged.encode({ ...r, fixedShare: false }), r.fixedShare === true ? 1 : 0, r.seen]),
+  encode: (r: Report): unknown[] => {
+    if (r.seen === undefined) return reportFlagged.encode(r);
+    const out = reportFields.encode(r);
+    out.push(r.fixedShare === true ? 1 : 0, r.seen);
+    return out;
+  },
   decode: (v: unknown, p: string): Report => {
     const r = reportFlagged.decode(v, p);
-    return (v as unknown[]).length > 14 ? { ...r, seen: uint((v as unknown[])[14], `${p}.seen`) } : r;
+    if ((v as unknown[]).length > 14) (r as { seen?: number }).seen = uint((v as unknown[])[14], at(p, '.seen'));
+    return r;
   },
 };
 const grantRec = record<Omit<Grant, 'type'>>([
@@ -163,17 +172,28 @@ const requestRec = flagged(
  * release that does not know it ignores; an older one, ignoring `floated`, counts more committed.
  */
 const decodeGrant: Reader<Grant> = (v, p) => {
-  const g = grantRec.decode(v, p);
+  const g = grantRec.decode(v, p) as { -readonly [K in keyof Grant]: Grant[K] };
   const a = v as unknown[];
-  const floated = a.length > GRANT_FIELDS ? uint(a[GRANT_FIELDS], `${p}.floated`) : 0;
+  const floated = a.length > GRANT_FIELDS ? uint(a[GRANT_FIELDS], at(p, '.floated')) : 0;
   if (floated > g.issued) bad(`${p}.floated`, 'must not be more than issued');
-  const late = a.length > GRANT_FIELDS + 1 && bool(a[GRANT_FIELDS + 1], `${p}.late`);
-  return { type: 'grant', ...g, ...(floated > 0 ? { floated } : {}), ...(late ? { late: 1 as const } : {}) };
+  const late = a.length > GRANT_FIELDS + 1 && bool(a[GRANT_FIELDS + 1], at(p, '.late'));
+  g.type = 'grant';
+  if (floated > 0) g.floated = floated;
+  if (late) g.late = 1;
+  return g;
 };
-const encodeGrant = (g: Grant): unknown[] => [...grantRec.encode(g), ...(g.late === 1 ? [g.floated ?? 0, 1] : g.floated ? [g.floated] : [])];
+const encodeGrant = (g: Grant): unknown[] => {
+  const out = grantRec.encode(g);
+  if (g.late === 1) out.push(g.floated ?? 0, 1);
+  else if (g.floated) out.push(g.floated);
+  return out;
+};
 const decodeMessage: Reader<OwnerMessage> = (v, p) => {
   if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
-  return v[0] === 'g' ? decodeGrant(v[1], `${p}.grant`) : { type: 'adjust', ...adjustRec.decode(v[1], `${p}.adjust`) };
+  if (v[0] === 'g') return decodeGrant(v[1], at(p, '.grant'));
+  const m = adjustRec.decode(v[1], at(p, '.adjust')) as Adjust;
+  (m as { type: string }).type = 'adjust';
+  return m;
 };
 const encodeMessage = (m: OwnerMessage): unknown[] => (m.type === 'grant' ? ['g', encodeGrant(m)] : ['a', adjustRec.encode(m)]);
 
@@ -181,7 +201,7 @@ const batchFields = { shard: uint, nodeId: str, nodeEpoch: str, round: uint, rep
 const decodeBatch = object<ReportBatch>(batchFields);
 const decodeEntry: Reader<LogEntry> = (v, p) => {
   if (!Array.isArray(v) || (v[0] !== 'r' && v[0] !== 'g')) bad(p, 'must be ["r", batch] or ["g", grant]');
-  return v[0] === 'r' ? { kind: 'report', batch: decodeBatch(v[1], `${p}.batch`) } : { kind: 'grant', grant: decodeGrant(v[1], `${p}.grant`) };
+  return v[0] === 'r' ? { kind: 'report', batch: decodeBatch(v[1], at(p, '.batch')) } : { kind: 'grant', grant: decodeGrant(v[1], at(p, '.grant')) };
 };
 const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, round: b.round, reports: b.reports.map(reportRec.encode) });
 
@@ -219,17 +239,18 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
 
 const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
 
+/** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
-  reports: decodeBatch,
-  grants: object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) }),
-  snapshot: decodeSnapshot,
-  ask: object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) }),
-  messages: object({ re: uint, nodeId: str, messages: list(decodeMessage) }),
-  peer: object({ nodeId: str, nodeEpoch: str, host: str, port: posint }),
-  greeting: object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str }),
-  hello: object({ nonce: str }),
-  beat: object({ nodeId: str, nodeEpoch: str, statement: decodeStatement, left: optional(bool) }),
-  fence: object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str, settled: optional(bool) }),
+  reports: quietly(decodeBatch),
+  grants: quietly(object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) })),
+  snapshot: quietly(decodeSnapshot),
+  ask: quietly(object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) })),
+  messages: quietly(object({ re: uint, nodeId: str, messages: list(decodeMessage) })),
+  peer: quietly(object({ nodeId: str, nodeEpoch: str, host: str, port: posint })),
+  greeting: quietly(object({ nodeId: str, nodeEpoch: str, host: str, port: posint, nonce: str })),
+  hello: quietly(object({ nonce: str })),
+  beat: quietly(object({ nodeId: str, nodeEpoch: str, statement: decodeStatement, left: optional(bool) })),
+  fence: quietly(object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str, settled: optional(bool) })),
 };
 
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {

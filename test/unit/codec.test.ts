@@ -112,6 +112,80 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     rejects(resign(f, body), 'malformed', /^reports\[0\]\.fixedShare: must be 0 or 1/);
   });
 
+  it('writes every field in its place: records whose fields all differ survive the round trip, in wire order', () => {
+    // Distinct values per field, so a swapped pair of fields in an encoder or decoder cannot pass.
+    const report = {
+      keyId: 'v1:r',
+      windowId: 11,
+      windowMs: 12,
+      limit: 13,
+      lease: 14,
+      seq: 15,
+      spent: 16,
+      issued: 17,
+      selfIssued: 18,
+      released: 19,
+      demand: 20.5,
+      held: 21.5,
+      selfGrant: true,
+      fixedShare: true,
+      seen: 22,
+    };
+    const reports: ReportBatch = { shard: 1, nodeId: 'n', nodeEpoch: 'e', round: 2, reports: [report] };
+    const f = codec.seal('reports', reports);
+    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]).to.deep.equal(['v1:r', 11, 12, 13, 14, 15, 16, 17, 18, 19, 20.5, 21.5, 1, 1, 22]);
+    expect(codec.open(f).body).to.deep.equal(reports);
+    const g: Grant = { type: 'grant', keyId: 'v1:g', windowId: 31, windowMs: 32, nodeId: 'gn', nodeEpoch: 'ge', lease: 33, ownerEpoch: 34, grantSeq: 35, issued: 36, floated: 7, late: 1 };
+    const adjust = { type: 'adjust' as const, keyId: 'v1:a', windowId: 41, windowMs: 42, nodeId: 'an', nodeEpoch: 'ae', lease: 43, ownerEpoch: 44, keep: -1, exhausted: true, grantSeq: 45 };
+    const m = codec.seal('messages', { re: 3, nodeId: 'n', messages: [g, adjust] });
+    expect((JSON.parse(m.b) as { messages: unknown[][] }).messages).to.deep.equal([
+      ['g', ['v1:g', 31, 32, 'gn', 'ge', 33, 34, 35, 36, 7, 1]],
+      ['a', ['v1:a', 41, 42, 'an', 'ae', 43, 44, -1, 1, 45]],
+    ]);
+    expect(codec.open(m).body).to.deep.equal({ re: 3, nodeId: 'n', messages: [g, adjust] });
+    const request = {
+      keyId: 'v1:q',
+      windowId: 51,
+      windowMs: 52,
+      limit: 53,
+      nodeId: 'qn',
+      nodeEpoch: 'qe',
+      lease: 54,
+      spent: 55,
+      selfIssued: 56,
+      released: 57,
+      need: 58,
+      demand: 59.5,
+      fastPath: true,
+      fixedShare: true,
+    };
+    const a = codec.seal('ask', { id: 4, nodeId: 'qn', nodeEpoch: 'qe', requests: [request] });
+    expect((JSON.parse(a.b) as { requests: unknown[][] }).requests[0]).to.deep.equal(['v1:q', 51, 52, 53, 'qn', 'qe', 54, 55, 56, 57, 58, 59.5, 1, 1]);
+    expect(codec.open(a).body).to.deep.equal({ id: 4, nodeId: 'qn', nodeEpoch: 'qe', requests: [request] });
+  });
+
+  it('names the bad field however deep it is, and whichever record of a list holds it', () => {
+    const two: ReportBatch = { ...batch, reports: [batch.reports[0]!, { ...batch.reports[0]!, seen: 1 }] };
+    const f = codec.seal('reports', two);
+    const body = JSON.parse(f.b) as { reports: unknown[][] };
+    body.reports[1]![14] = -1;
+    rejects(resign(f, body), 'malformed', /^reports\[1\]\.seen: must be a non-negative integer/);
+    const m = codec.seal('messages', { re: 0, nodeId: 'node-1', messages: [grant, { ...grant, floated: 2 }] });
+    const mb = JSON.parse(m.b) as { messages: Array<[string, unknown[]]> };
+    mb.messages[1]![1][9] = 99;
+    rejects(resign(m, mb), 'malformed', /^messages\[1\]\.grant\.floated: must not be more than issued/);
+    const s = codec.seal('snapshot', {
+      shard: 3,
+      entries: [
+        { kind: 'grant', grant },
+        { kind: 'report', batch },
+      ],
+    });
+    const sb = JSON.parse(s.b) as { entries: Array<[string, { reports: unknown[][] }]> };
+    sb.entries[1]![1].reports[0]![0] = 'no spaces allowed';
+    rejects(resign(s, sb), 'malformed', /^entries\[1\]\.batch\.reports\[0\]\.keyId: must be an id string/);
+  });
+
   it('rejects an unknown schema version whole', () => {
     const f = codec.seal('reports', batch);
     rejects(resign(f, JSON.parse(f.b), '2'), 'version', /^v: unknown schema version "2"/);
