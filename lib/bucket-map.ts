@@ -30,7 +30,7 @@ export class Subject {
   ) {
     this.buckets = limits.windows.map((w) => {
       const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
-      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease());
+      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;

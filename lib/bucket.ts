@@ -1,3 +1,5 @@
+import { windowEndMs } from './window.js';
+
 /** Why a bucket stopped asking its owner (a small integer, so the bucket stays compact). */
 export const enum Exhaustion {
   None = 0,
@@ -17,10 +19,11 @@ export const RATE_ONE = 65536;
  * within a window, so applying a grant twice or out of order changes nothing.
  */
 export class Bucket {
-  /** Window id the counters belong to; a new window resets them. */
-  windowId = Number.NaN;
-  /** Wall-clock end of that window. */
-  windowEnd = 0;
+  /**
+   * Window id the counters belong to; a new window resets them. −1 before the first: a small integer,
+   * as every window id is, so V8 keeps it unboxed (NaN would box every bucket's window id).
+   */
+  windowId = -1;
   /** Cumulative credit issued by the owner on this lease in this window (highest grant applied). */
   issued = 0;
   /** Credit granted to itself at the window boundary without owner contact (F4). */
@@ -75,7 +78,17 @@ export class Bucket {
   constructor(
     readonly offset: number,
     readonly lease: number,
+    /** The window length. */
+    readonly windowMs: number,
   ) {}
+
+  /**
+   * Wall-clock end of the bucket's window (before its first window, a time long past). Computed, not
+   * kept: a millisecond timestamp is no small integer, so a field would hold a boxed number per bucket.
+   */
+  get windowEnd(): number {
+    return windowEndMs(this.windowId, this.windowMs, this.offset);
+  }
 
   /** Credit available to the request path. */
   get credit(): number {
@@ -83,10 +96,9 @@ export class Bucket {
   }
 
   /** Moves the bucket to a new window: a past window's credit is void; a pre-grant for this one applies. */
-  roll(windowId: number, windowEnd: number): void {
+  roll(windowId: number): void {
     const pre = this.nextWindowId === windowId;
     this.windowId = windowId;
-    this.windowEnd = windowEnd;
     this.issued = pre ? this.nextIssued : 0;
     this.grantSeq = pre ? this.nextGrantSeq : 0;
     this.nextWindowId = -1;

@@ -2,7 +2,7 @@ import type { Bucket } from '../bucket.js';
 import { SILENT_ROUNDS } from '../membership.js';
 import type { WindowSpec } from '../policy.js';
 import { shardOf } from '../protocol/messages.js';
-import { windowEndMs, windowIdAt } from '../window.js';
+import { windowIdAt } from '../window.js';
 import { NodeReports } from './reports.js';
 
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
@@ -46,7 +46,7 @@ export abstract class NodeBoundary extends NodeReports {
    * and reports self_grant for the rest of the window; a degraded node does not (F5).
    */
   protected rollBucket(keyId: string, b: Bucket, id: number, windowMs: number, limit: number): void {
-    b.roll(id, windowEndMs(id, windowMs, b.offset));
+    b.roll(id);
     // Credit granted ahead under a higher limit is cut to the current one.
     this.trim(b, limit);
     if (b.issued > 0) return;

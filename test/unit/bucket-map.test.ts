@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { BucketMap } from '../../lib/bucket-map.js';
 import { compilePolicy } from '../../lib/policy.js';
+import { windowIdAt } from '../../lib/window.js';
 import { demoPolicy } from '../support/fixtures.js';
 
 describe('bucket map: LRU cap that only evicts empty or past buckets (D4)', () => {
@@ -13,7 +14,8 @@ describe('bucket map: LRU cap that only evicts empty or past buckets (D4)', () =
       const s = map.get(`k${i}`, hour, now, 0);
       s.touchedRound = 0;
       s.buckets.forEach((b) => {
-        b.roll(0, now + 60_000);
+        // The window running now: it has not ended.
+        b.roll(windowIdAt(now, b.windowMs, b.offset));
         b.issued = credit;
       });
     }
