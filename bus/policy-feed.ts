@@ -27,12 +27,15 @@ export interface PolicyFeedTarget {
  * lost the store and the policy was applied again from version 1 — if it was stored later. A record
  * not signed under the policy secret, an older signed one written back (a replay), a policy that does
  * not compile, or Redis out of reach leaves the last good policy and switch in force; every such
- * failure is counted and logged.
+ * failure is counted and logged. `close()` waits for the loads in flight, and what they read after
+ * it is neither applied nor counted nor logged.
  */
 export class PolicyFeed {
   private readonly store: PolicyStore;
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  /** The loads in flight (the start's, the poll's, an announcement's), which `close()` waits for. */
+  private readonly loads = new Set<Promise<void>>();
   /** When the switch in force was set (a signed switch set earlier is a replay). */
   private switchAt = 0;
   /** The last refusal of each kind, so a record left in the store is counted once. */
@@ -58,14 +61,14 @@ export class PolicyFeed {
     void this.load();
   }
 
-  /** Reads the store and applies what is newer; never throws. */
-  async load(): Promise<void> {
-    if (this.closed) return;
-    try {
-      await this.loadBoth();
-    } catch (err) {
-      this.fail('policy', err, 'live policy not applied; the last good policy stays in force');
-    }
+  /** Reads the store and applies what is newer, unless closed meanwhile; never throws. */
+  load(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    const run = this.loadBoth()
+      .catch((err: unknown) => this.fail('policy', err, 'live policy not applied; the last good policy stays in force'))
+      .finally(() => this.loads.delete(run));
+    this.loads.add(run);
+    return run;
   }
 
   private async loadBoth(): Promise<void> {
@@ -74,6 +77,7 @@ export class PolicyFeed {
     await Promise.all([
       this.store.switchState().then(
         (sw) => {
+          if (this.closed) return;
           if (sw.at < this.switchAt) {
             const what = sw.at === 0 ? 'no longer stored' : `set at ${sw.at}, before the one in force (${this.switchAt})`;
             return this.refuse('switch', new StoreRecordError('replay', `switch: ${what}; the last signed one stays in force`));
@@ -86,8 +90,8 @@ export class PolicyFeed {
       ),
       this.store.current().then(
         (stored) => {
+          if (this.closed || stored === undefined) return;
           const now = this.target.inForce();
-          if (stored === undefined) return;
           const same = now !== undefined && stored.version === now.version && stored.at === now.at;
           if (!same && now !== undefined && stored.version <= now.version && stored.at <= now.at) {
             return this.refuse('policy', new StoreRecordError('replay', `policy: version ${stored.version} stored at ${stored.at} is not newer than version ${now.version} in force`));
@@ -110,21 +114,26 @@ export class PolicyFeed {
 
   /** Counts and logs a refused record once, not at every poll while it stays in the store. */
   private refuse(kind: SignedKind, err: StoreRecordError): void {
-    if (this.refused.get(kind) === err.message) return;
+    if (this.closed || this.refused.get(kind) === err.message) return;
     this.refused.set(kind, err.message);
     this.rejected[err.reason]++;
     this.logger?.warn({ reason: err.reason, err: err.message }, 'stored record refused; the last good one stays in force');
   }
 
   private fail(kind: SignedKind, err: unknown, msg: string): void {
+    if (this.closed) return;
     if (err instanceof StoreRecordError) return this.refuse(kind, err);
     this.failures++;
     this.logger?.warn({ err }, msg);
   }
 
-  /** Stops polling; the connections are the bus's, closed with it. */
-  close(): void {
+  /**
+   * Stops polling and resolves once no load is in flight (never rejects); a load ending meanwhile
+   * applies nothing. The connections are the bus's: close it after this resolves.
+   */
+  close(): Promise<void> {
     this.closed = true;
     clearInterval(this.timer);
+    return Promise.allSettled(this.loads).then(() => undefined);
   }
 }

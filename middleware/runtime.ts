@@ -120,8 +120,8 @@ export class Runtime {
     this.closing ??= (async () => {
       for (const t of this.timers) clearInterval(t);
       this.loop.stop();
-      this.feed?.close();
-      await Promise.all([this.events?.flush(true), this.history?.flush()]);
+      // A policy load in flight ends before the bus's connections do (and applies nothing).
+      await Promise.all([this.feed?.close(), this.events?.flush(true), this.history?.flush()]);
       if (this.ownBus) await this.bus?.close();
     })();
     return this.closing;
