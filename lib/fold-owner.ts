@@ -23,6 +23,9 @@ export { InvariantViolation } from './owner/issuer.js';
 /** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
 const AHEAD_FLOAT_ROUNDS = 4;
 
+/** A pool this many times what every node's lease could want lets top-ups wait (`topUp`). */
+const PLENTY = 16;
+
 /**
  * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit. It
  * merges reports by (key, window, node epoch, lease) — max seq wins inside a lease, leases and epochs
@@ -179,10 +182,14 @@ export class FoldOwner {
     if (this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) return;
     const target = this.sizing.target(ledger, r.demand);
     if (held(lease) >= target) return;
-    // The float too, when the pool is short (a top-up goes out once all it states is on record).
     const avail = this.pool.available(ledger);
-    const pool = avail + this.pool.floatLeft(ledger);
     const base = Math.floor(r.demand * this.cfg.headroom);
+    // While the pool is far above what the leases could want, a lease is refilled (to its target) only
+    // once it holds less than demand × h: it has rounds of requests in hand, and a refill after each
+    // request costs a grant, a message and a log entry per request. Otherwise every report tops it up.
+    if (avail >= PLENTY * this.cfg.fleet.size() * target && held(lease) >= Math.max(1, base)) return;
+    // The float too, when the pool is short (a top-up goes out once all it states is on record).
+    const pool = avail + this.pool.floatLeft(ledger);
     const own = base >= BUSY ? Math.min(base, this.sizing.rounds(r.demand, BUSY_ROUNDS)) - held(lease) : 0;
     const amount = Math.min(target - held(lease), pool, Math.max(own, this.sizing.room(ledger)));
     if (amount > 0) {

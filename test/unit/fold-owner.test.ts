@@ -271,6 +271,23 @@ describe('fold owner: the only issuer of credit', () => {
     expect(grants[0]).to.include({ type: 'grant', issued: 21 + target(100) - 5 });
   });
 
+  it('refills a lease once it holds less than its demand × h where the allowance is plenty; else after every spend', () => {
+    // 10,000 a window over 4 nodes is more than 16 times what each lease of target(8) = 21 could want.
+    const plenty = owner(4);
+    plenty.onCreditRequest(req('a', 1, 8, true, 10_000)); // 21 issued to a-e1; 8 × 1.25 = 10
+    const grants = (o: FoldOwner, seq: number, spent: number, limit: number) => o.onReports(batch('a', 'a-e1', seq, spent, 8, limit)).filter((m) => m.type === 'grant');
+    // Spent 11: it holds 10, what its demand alone calls for, rounds of requests in hand: no grant.
+    expect(grants(plenty, 1, 11, 10_000)).to.deep.equal([]);
+    // Spent 12: it holds 9, below that: refilled to its target in one grant.
+    const g = grants(plenty, 2, 12, 10_000);
+    expect(g).to.have.length(1);
+    expect(g[0]).to.include({ type: 'grant', issued: 21 + 12 });
+    // 1,000 a window is not plenty (16 × 4 × 21 = 1,344): every report tops the lease up.
+    const tight = owner(4);
+    tight.onCreditRequest(req('a', 1, 8));
+    expect(grants(tight, 1, 11, 1000)[0]).to.include({ type: 'grant', issued: 21 + 11 });
+  });
+
   it('drops ledgers two rounds after the window ends', () => {
     const o = owner();
     o.onCreditRequest(req('a', 1, 1));
