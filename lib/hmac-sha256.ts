@@ -5,7 +5,7 @@ const BLOCK = 64;
 
 /**
  * HMAC-SHA-256 (RFC 2104) of strings under one key, equal to
- * `createHmac('sha256', key).update(text).digest()`, computed as
+ * `createHmac('sha256', key).update(text).digest('base64url')`, computed as
  * `SHA-256((K ⊕ opad) ‖ SHA-256((K ⊕ ipad) ‖ text))` with node's one-shot `crypto.hash` over pad
  * blocks kept from the constructor. `createHmac` builds a Hmac object and a stream per call and
  * derives the pads again; this does neither. SHA-256 itself stays node's (OpenSSL's).
@@ -26,19 +26,28 @@ export class HmacSha256 {
     }
   }
 
-  /** The 32-byte MAC of `text` (UTF-8). */
-  mac(text: string): Buffer {
-    const most = Buffer.byteLength(text, 'utf8');
-    if (BLOCK + most > this.inner.length) {
-      const grown = Buffer.alloc(BLOCK + most);
-      this.inner.copy(grown, 0, 0, BLOCK);
-      this.inner.fill(0);
-      this.inner = grown;
-    }
+  /**
+   * The MAC of `text` (UTF-8) in base64url, all 43 characters. No Buffer is made for it: the inner
+   * hash comes back as a 'binary' (latin1) string (a character per byte, written back unchanged) and the outer
+   * one as the encoding wanted. Each Buffer a hash returns is memory allocated outside the heap and
+   * freed by a finalizer; both cost more than the two strings (about 9k of 29k instructions a call).
+   */
+  macBase64url(text: string): string {
+    // UTF-16 code units take at most 3 bytes each in UTF-8: the exact count only for long texts.
+    if (BLOCK + 3 * text.length > this.inner.length) this.fit(Buffer.byteLength(text, 'utf8'));
     const n = this.inner.write(text, BLOCK, 'utf8');
-    const innerHash = hash('sha256', this.inner.subarray(0, BLOCK + n), 'buffer');
+    const innerHash = hash('sha256', this.inner.subarray(0, BLOCK + n), 'binary');
     this.inner.fill(0, BLOCK, BLOCK + n); // no key's bytes left behind
-    innerHash.copy(this.outer, BLOCK);
-    return hash('sha256', this.outer, 'buffer');
+    this.outer.write(innerHash, BLOCK, 'binary');
+    return hash('sha256', this.outer, 'base64url');
+  }
+
+  /** Grows the inner buffer to hold `bytes` of text after the pad, if it cannot yet. */
+  private fit(bytes: number): void {
+    if (BLOCK + bytes <= this.inner.length) return;
+    const grown = Buffer.alloc(BLOCK + bytes);
+    this.inner.copy(grown, 0, 0, BLOCK);
+    this.inner.fill(0);
+    this.inner = grown;
   }
 }

@@ -92,7 +92,6 @@ export class KeyHasher {
    * of the MAC, as `createHmac('sha256', secret).update(raw).digest('base64url').slice(0, 22)`.
    */
   private hashWith(version: string, raw: string): string {
-    // 17 bytes encode to 23 characters whose first 22 are those of the whole MAC's encoding.
-    return `${version}:${(this.keys.get(version) as HmacSha256).mac(raw).toString('base64url', 0, 17).slice(0, ID_CHARS)}`;
+    return `${version}:${(this.keys.get(version) as HmacSha256).macBase64url(raw).slice(0, ID_CHARS)}`;
   }
 }
