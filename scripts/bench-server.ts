@@ -116,7 +116,7 @@ export function stopAllServers(): Promise<unknown> {
 
 /**
  * rate-limiter-flexible has no Express middleware of its own; this is the usual few lines. It returns
- * nothing: the decision is over when it calls next() (or answers 429). Also used by bench.ts's micro rows.
+ * nothing: the decision is over when it calls next() (or answers 429). Also used by the micro rows (bench-micro.ts).
  */
 export function rlfMiddleware(limiter: RateLimiterAbstract): RequestHandler {
   return (req, res, next) => {
@@ -208,7 +208,7 @@ async function main(variant: string): Promise<void> {
   process.once('SIGINT', stop);
 }
 
-// Serve only when this file is the entry point: bench.ts imports it for the helpers and the parent side.
+// Serve only when this file is the entry point: bench.ts imports it for the parent side, the other benchmarks for the helpers.
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main(process.argv[2] ?? '').catch((err: unknown) => {
     process.stderr.write(`bench-server ${process.argv[2] ?? ''}: ${(err as Error).stack ?? String(err)}\n`);

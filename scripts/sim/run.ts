@@ -1,14 +1,16 @@
-import { MemoryBus } from '../../bus/memory.js';
-import { joinFleet } from '../../bus/member.js';
-import type { Clock } from '../../lib/clock.js';
-import type { FoldOwner } from '../../lib/fold-owner.js';
 import type { LeaseNode } from '../../lib/lease-node.js';
 import { mergeConcentration } from '../../lib/owner/concentration.js';
 import { compilePolicy, type Allocation, type ResolvedLimits } from '../../lib/policy.js';
 import { quantile } from '../../lib/quantile.js';
 import { phaseOffset, windowIdAt, windowStartMs } from '../../lib/window.js';
+import { START, startFleet } from './fleet.js';
 import { EventQueue, nextArrival, seededRandom } from './queue.js';
 import type { KeyTraffic, Scenario } from './scenarios.js';
+
+/**
+ * One simulated run: its options, the traffic of its keys on the fleet (`fleet.ts`), the sampling
+ * of outstanding credit, and the accuracy figures it measured.
+ */
 
 /** Settings of one simulated run. */
 export interface SimOptions {
@@ -76,115 +78,15 @@ export interface SimResult {
   invariantViolations: number;
 }
 
-const START = 1_800_000_000_000;
 /** Windows that started before this much of the run are warm-up and not counted. */
 const WARMUP_MS = 2000;
-
-interface Member {
-  node: LeaseNode;
-  owner: FoldOwner;
-}
 
 /** Runs `scenario` on a fleet of `opts.nodes` members in one process, on a virtual clock. */
 export function simulate(scenario: Scenario, opts: SimOptions): SimResult & Partial<AllocationFigures> {
   const random = seededRandom(opts.seed);
   const queue = new EventQueue(START);
   const clock = queue.clock;
-  const isolated = new Set<string>();
-  const drained = new Set<number>();
-  /** Until when each node's process is paused (virtual ms; in the past when it runs). */
-  const pausedUntil = new Array<number>(opts.nodes).fill(0);
-  const paused = (i: number): boolean => pausedUntil[i]! > clock.now();
-  /**
-   * Each node's wall clock: virtual time plus its offset, which steps (`scenario.clockSteps`); window
-   * ids come from it. Its monotonic clock is the virtual one and never steps. The bus keeps the virtual
-   * clock (Redis's).
-   */
-  const wallOffset = Array.from({ length: opts.nodes }, (_, i) => scenario.clockOffsets?.[i] ?? 0);
-  const clocks: Clock[] = wallOffset.map((_, i) => ({ now: () => clock.now() + wallOffset[i]!, monotonic: () => clock.monotonic() }));
-  const bus = new MemoryBus({
-    shards: opts.shards,
-    roundMs: opts.roundMs,
-    clock,
-    scheduler: queue,
-    random,
-    logRetentionMs: 2 * opts.windowMs + 4 * opts.roundMs,
-    faults: {
-      latencyMs: opts.latencyMs,
-      jitterMs: opts.jitterMs,
-      ...(opts.tail !== undefined ? { tail: opts.tail } : {}),
-      loss: scenario.loss ?? 0,
-      duplicate: scenario.duplicate ?? 0,
-      reorderMs: scenario.reorderMs ?? 0,
-      blocked: (from, to) => from !== to && (isolated.has(from) || isolated.has(to)),
-      pausedUntil: (id) => pausedUntil[Number(id.slice(1))] ?? 0,
-    },
-  });
-  const settings = (i: number, epoch: number) => ({
-    nodeId: `n${i}`,
-    nodeEpoch: `n${i}-e${epoch}`,
-    shards: opts.shards,
-    maxBuckets: 50_000,
-    roundMs: opts.roundMs,
-    fastPathDeadlineMs: 1,
-    headroom: 1.25,
-    reserveRatio: 0.02,
-    degradedAfterMs: 30_000,
-  });
-  // Fold ages of reports folded after the warm-up, per class of key.
-  const ages = { top: [] as number[], other: [] as number[] };
-  const join = (i: number, epoch: number): Member => {
-    const m = joinFleet(bus, settings(i, epoch), clocks[i]!);
-    m.owner.foldAges.watcher = (ms, top) => {
-      if (clock.now() >= START + WARMUP_MS) (top ? ages.top : ages.other).push(ms / opts.roundMs);
-    };
-    return m;
-  };
-  const members: Member[] = [];
-  for (let i = 0; i < opts.nodes; i++) members.push(join(i, 1));
-  const retired: Member[] = [];
-
-  // Rounds: every node every T, at its own phase.
-  for (let i = 0; i < opts.nodes; i++) {
-    const tick = (): void => {
-      // A paused process's timer fires once, when it resumes.
-      if (paused(i)) return void queue.at(pausedUntil[i]!, tick);
-      members[i]!.node.endRound();
-      if (members[i]!.node.round % 40 === 0) members[i]!.owner.sweep(clocks[i]!.now());
-      queue.after(opts.roundMs, tick);
-    };
-    queue.after(random() * opts.roundMs, tick);
-  }
-
-  // Faults.
-  for (const iso of scenario.isolations ?? []) {
-    queue.at(START + iso.fromMs, () => {
-      isolated.add(`n${iso.node}`);
-      if (iso.drained) drained.add(iso.node);
-    });
-    queue.at(START + iso.toMs, () => {
-      isolated.delete(`n${iso.node}`);
-      drained.delete(iso.node);
-    });
-  }
-  for (const p of scenario.pauses ?? []) {
-    queue.at(START + p.atMs, () => {
-      pausedUntil[p.node] = Math.max(pausedUntil[p.node]!, START + p.atMs + p.ms);
-    });
-  }
-  for (const c of scenario.clockSteps ?? []) queue.at(START + c.atMs, () => (wallOffset[c.node] = c.toMs));
-  for (const r of scenario.restarts ?? []) {
-    queue.at(START + r.atMs, () => {
-      isolated.add(`n${r.node}`);
-      drained.add(r.node);
-    });
-    queue.at(START + r.atMs + r.downMs, () => {
-      retired.push(members[r.node]!);
-      members[r.node] = join(r.node, 2);
-      isolated.delete(`n${r.node}`);
-      drained.delete(r.node);
-    });
-  }
+  const { bus, clocks, members, retired, ages, pausedUntil, paused, pickNode } = startFleet(scenario, opts, queue, random, START + WARMUP_MS);
 
   // Traffic and accounting.
   const traffic = scenario.keys(opts.nodes, random, { shards: opts.shards, windowMs: opts.windowMs });
@@ -195,13 +97,6 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult & Part
   const counts = traffic.map(() => new Map<number, { offered: number; admitted: number; selfGranted: number }>());
   let offered = 0;
   let invariantViolations = 0;
-  const pickNode = (t: KeyTraffic): number => {
-    if (t.pinnedNode !== undefined && !drained.has(t.pinnedNode)) return t.pinnedNode;
-    for (;;) {
-      const n = t.nodeWeights === undefined ? Math.floor(random() * opts.nodes) : weighted(t.nodeWeights, random());
-      if (!drained.has(n)) return n;
-    }
-  };
   const countsOf = (k: number, wid: number): { offered: number; admitted: number; selfGranted: number } => {
     let c = counts[k]!.get(wid);
     if (c === undefined) counts[k]!.set(wid, (c = { offered: 0, admitted: 0, selfGranted: 0 }));
@@ -367,18 +262,6 @@ export function simulate(scenario: Scenario, opts: SimOptions): SimResult & Part
     invariantViolations,
   };
   return extra === undefined ? result : { ...result, ...extra };
-}
-
-/** Index of the first cumulative weight above `u`. */
-function weighted(cumulative: readonly number[], u: number): number {
-  let lo = 0;
-  let hi = cumulative.length - 1;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (cumulative[mid]! > u) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
 }
 
 /** One single-window plan per distinct limit, resolved once. */
