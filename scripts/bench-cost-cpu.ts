@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { cpuMs, paced, ticksPerSecond } from './bench-cost-load.js';
 import { startCostServer, type CostServer, type CostVariant } from './bench-cost-server.js';
 import { startRedis, type RedisProcess } from './redis-server.js';
+import { median, round } from './bench-figures.js';
 
 /**
  * CPU time per request at a fixed offered rate: utime + stime of the server process (all its
@@ -60,11 +61,6 @@ export interface CpuResult {
 }
 
 const VARIANTS: CostVariant[] = ['bare', 'noop', 'limiter', 'express-rate-limit', 'rlf-memory', 'fleet'];
-const round = (x: number, d = 2): number => Math.round(x * 10 ** d) / 10 ** d;
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 interface Target {
   servers: CostServer[];

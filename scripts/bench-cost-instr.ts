@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { keySource, oneConnection, sequential, type KeyPlan } from './bench-cost-load.js';
 import { startCostServer, type CostVariant } from './bench-cost-server.js';
 import { liveDirs } from './exit-cleanup.js';
+import { round } from './bench-figures.js';
 
 /**
  * Instructions per request, counted by callgrind over the whole server process (every thread: V8's
@@ -83,7 +84,6 @@ export interface InstrResult {
 }
 
 const run = promisify(execFile);
-const round = (x: number, d = 2): number => Math.round(x * 10 ** d) / 10 ** d;
 
 /** Why callgrind cannot be used here, or undefined when valgrind and callgrind_control both run. */
 export function callgrindMissing(): string | undefined {

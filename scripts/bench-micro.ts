@@ -5,6 +5,7 @@ import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { quantile } from '../lib/quantile.js';
 import { rateLimiter } from '../middleware/rate-limiter.js';
 import { benchIdentity, connectRedis, HUGE, hugePolicy, rlfMiddleware } from './bench-server.js';
+import { median, round } from './bench-figures.js';
 
 /**
  * The decision microbenchmark of `bench.ts`: each middleware called directly with minimal fake
@@ -35,12 +36,6 @@ export interface MicroResult {
 }
 type Log = (msg: string) => void;
 type Table = (rows: (string | number | null)[][]) => string;
-
-const round = (x: number, digits = 2): number => Math.round(x * 10 ** digits) / 10 ** digits;
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 const fakeRes = { setHeader() {}, statusCode: 200, headersSent: false } as unknown as Response;
 const noop = (() => undefined) as NextFunction;

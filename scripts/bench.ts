@@ -7,6 +7,7 @@ import { COST_OPTIONS, COST_USAGE, costFlags, costTargets, measureCost, renderCo
 import { memoryFootprints } from './bench-memory.js';
 import { micro, MICRO, MICRO_REDIS, renderMicro } from './bench-micro.js';
 import { startServer, stopAllServers, stopServer, VARIANTS, type Variant } from './bench-server.js';
+import { median, round } from './bench-figures.js';
 
 /**
  * `npm run bench [-- flags]`: HTTP overhead against peers (interleaved bare/variant pairs, one server
@@ -62,11 +63,6 @@ class UsageError extends Error {}
 const cannon = autocannon as (opts: Record<string, unknown>) => Promise<CannonResult>;
 const log = (msg: string): void => void process.stderr.write(`${msg}\n`);
 const key = (i: number): string => `bench-key-${i}`;
-const round = (x: number, digits = 2): number => Math.round(x * 10 ** digits) / 10 ** digits;
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 function parseFlags(argv: string[]): Flags {
   const options = {
