@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { Cluster } from 'ioredis';
 import { phaseOffset, windowIdAt } from '../../lib/window.js';
 import { shardOf } from '../../lib/protocol/messages.js';
-import { startRedisCluster, type RedisClusterProcess } from '../../scripts/redis-server.js';
+import { startRedisCluster, type RedisClusterProcess } from '../../scripts/redis-cluster.js';
 import { joinRedisFleet, limits, SHARDS, until, type Member } from '../support/redis-members.js';
 
 describe('Redis bus on a Redis Cluster of three masters (B5)', function () {

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { checkRedis } from '../../bus/redis-connection.js';
 import { RedisBus } from '../../bus/redis.js';
 import { freePort } from '../../scripts/free-port.js';
-import { startRedis, startRedisCluster, type RedisProcess } from '../../scripts/redis-server.js';
+import { startRedisCluster } from '../../scripts/redis-cluster.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 import { PolicyStore } from '../../bus/policy-store.js';
 import { BUS_SECRET, joinRedisFleet, POLICY_SIGNER, redisLimiter, ROUND_MS, SHARDS, until } from '../support/redis-members.js';
 

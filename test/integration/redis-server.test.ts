@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
 import { Cluster, Redis } from 'ioredis';
-import { slotRanges, startRedis, startRedisCluster, type RedisClusterProcess, type RedisProcess } from '../../scripts/redis-server.js';
+import { slotRanges, startRedisCluster, type RedisClusterProcess } from '../../scripts/redis-cluster.js';
+import { startRedis, type RedisProcess } from '../../scripts/redis-server.js';
 
 /** A client that fails fast: no reconnect loop, no offline queue, `commandTimeout` as given. */
 function client(url: string, commandTimeout?: number): Redis {
