@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { freePort } from './free-port.js';
-import { HOST, sleep, startPrivate, type PrivateRedis, type RedisProcess } from './redis-server.js';
+import { HOST, startPrivate, type PrivateRedis, type RedisProcess } from './redis-server.js';
 
 /**
  * Private Redis Clusters for tests: masters started as private redis-servers (see ./redis-server.ts,

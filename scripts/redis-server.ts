@@ -40,7 +40,7 @@ const READY_TIMEOUT_MS = 10_000;
 const STOP_GRACE_MS = 2000;
 const MAX_OUTPUT = 64 * 1024;
 
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** True once the child has exited (or never started). */
 function exited(child: ChildProcess): boolean {
