@@ -13,9 +13,11 @@ import { round } from './bench-figures.js';
  * compiler and GC included): the server runs under `valgrind --tool=callgrind --instr-atstart=no`,
  * takes a warm-up, then batches of sequential requests each with instrumentation switched on around
  * it (`callgrind_control -i on|off`, through vgdb) and dumped (`callgrind_control -d`), whose total
- * Ir / requests is the figure. Batches (three at least) run until the last two agree: the first batch
+ * Ir / requests is the figure. Batches (four at least) run until the last three agree: the first batch
  * still carries V8's optimizing compiler whatever the warm-up (2,000 to 5,000 requests were tried),
- * and later ones agree within a few %. All requests share one keep-alive connection: with a new
+ * and the limiter's held-credit path kept getting cheaper for four batches more (0.667, 0.680, 0.619,
+ * 0.627, 0.596, then 0.589 three times, M Ir): two neighbours can agree while still on the way down,
+ * three in a row did not. All requests share one keep-alive connection: with a new
  * connection per batch, per-connection code kept being optimized for several batches more.
  */
 
@@ -24,9 +26,9 @@ export interface InstrOptions {
   warmup: number;
   /** Requests per counted batch. */
   perBatch: number;
-  /** At most this many batches per server (at least 3): at least three are run, and the first is never in the figure. */
+  /** At most this many batches per server (at least 4): at least four are run, and the first is never in the figure. */
   maxBatches: number;
-  /** Last two batches agreeing within this many % ends the run. */
+  /** The last three batches agreeing within this many % (max − min over their mean) ends the run. */
   tolerancePct: number;
   /** Factor the limiter's clock-driven settings are multiplied by (rounds, windows, fast-path deadline), within what its options allow. */
   timeScale: number;
@@ -55,12 +57,12 @@ const VALGRIND_FLAGS = ['--tool=callgrind', '--instr-atstart=no', '--smc-check=a
 export interface InstrRun {
   variant: CostVariant;
   keys: 'one' | 'fresh';
-  /** Mean Ir per request of the last two batches. */
+  /** Mean Ir per request of the last three batches. */
   irPerRequest: number;
   /** Ir per request of every counted batch, in order. */
   batches: number[];
-  /** |a − b| / mean of the last two batches, %. */
-  lastTwoSpreadPct: number;
+  /** (max − min) / mean of the last three batches, %. */
+  lastThreeSpreadPct: number;
   converged: boolean;
   /** Wall time per request under instrumentation (last batch). */
   msPerRequest: number;
@@ -158,16 +160,16 @@ async function countOne(spec: (typeof INSTR_RUNS)[number], o: InstrOptions, dir:
       ms = out.ms / o.perBatch;
       batches.push(lastDumpIr(dir, server.pid) / o.perBatch);
       log(`instructions: ${name}: batch ${b}: ${(batches.at(-1)! / 1e6).toFixed(3)} M Ir/request, ${ms.toFixed(1)} ms/request`);
-      if (b >= 3 && spread(batches) <= o.tolerancePct) break; // the first never counts
+      if (b >= 4 && spread(batches) <= o.tolerancePct) break; // the first never counts
     }
     const stats = limiter ? await server.stats() : undefined;
-    const lastTwo = batches.slice(-2);
+    const last = batches.slice(-3);
     return {
       variant: spec.variant,
       keys: spec.keys,
-      irPerRequest: Math.round((lastTwo[0]! + lastTwo[1]!) / 2),
+      irPerRequest: Math.round(last.reduce((a, b) => a + b, 0) / last.length),
       batches: batches.map(Math.round),
-      lastTwoSpreadPct: round(spread(batches)),
+      lastThreeSpreadPct: round(spread(batches)),
       converged: spread(batches) <= o.tolerancePct,
       msPerRequest: round(ms),
       requestsPerRound: limiter ? round(timing.roundMs / ms, 1) : null,
@@ -181,10 +183,10 @@ async function countOne(spec: (typeof INSTR_RUNS)[number], o: InstrOptions, dir:
   }
 }
 
-/** |a − b| / mean of the last two values, in %. */
+/** (max − min) / mean of the last three values, in %. */
 function spread(xs: readonly number[]): number {
-  const [a, b] = xs.slice(-2) as [number, number];
-  return (Math.abs(a - b) / ((a + b) / 2)) * 100;
+  const last = xs.slice(-3);
+  return ((Math.max(...last) - Math.min(...last)) / (last.reduce((a, b) => a + b, 0) / last.length)) * 100;
 }
 
 /** Counts every run of `INSTR_RUNS`; throws when callgrind cannot be driven (the caller reports it as skipped). */

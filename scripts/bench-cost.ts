@@ -53,7 +53,7 @@ export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFl
     rounds: num('cost-rounds', str('cost-rounds'), 3, 1, 20, true),
     instrWarmup: num('instr-warmup', str('instr-warmup'), 3000, 0, 1_000_000, true),
     instrRequests: num('instr-requests', str('instr-requests'), 1000, 100, 100_000, true),
-    instrBatches: num('instr-batches', str('instr-batches'), 5, 3, 50, true),
+    instrBatches: num('instr-batches', str('instr-batches'), 10, 4, 50, true),
   };
   if (f.skip && f.only) throw usage('--skip-cost and --cost-only exclude each other');
   const tuning = Object.keys(COST_OPTIONS).filter((k) => !['skip-cost', 'cost-only'].includes(k) && v[k as keyof Raw] !== undefined);
@@ -168,7 +168,7 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
     const i = c.instructions;
     out.push(
       `Instructions per request under callgrind (whole server process): ${i.options.warmup} warm-up, then batches of ${i.options.perBatch} ` +
-        `sequential keep-alive requests, at least 3, until the last two agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last two`,
+        `sequential keep-alive requests, at least 4, until the last three agree within ${i.options.tolerancePct} % (at most ${i.options.maxBatches}); figure = mean of the last three`,
       `  node ${i.nodeFlags.join(' ')}; ${i.limiterTiming.note}; bare under callgrind ~${c.callgrindSlowdown ?? '?'}x its native CPU time per request`,
     );
     const bare = i.runs.find((r) => r.variant === 'bare')?.irPerRequest;
@@ -180,7 +180,7 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
           r.keys === 'one' ? 'one' : 'fresh each',
           (r.irPerRequest / 1e6).toFixed(3),
           fmt(pct(r.irPerRequest, bare)),
-          `${r.lastTwoSpreadPct} %${r.converged ? '' : ' (not converged)'}`,
+          `${r.lastThreeSpreadPct} %${r.converged ? '' : ' (not converged)'}`,
           r.batches.map((b) => (b / 1e6).toFixed(3)).join(' '),
           r.requestsPerRound,
           r.non2xx,
