@@ -30,8 +30,7 @@ export function buildRelease(commit: string = PREVIOUS_RELEASE): { server: strin
   if (git('cat-file', '-e', `${commit}^{commit}`) === undefined) return { missing: `this checkout has no commit ${commit} (an export or a shallow clone): run the test in a full clone` };
   const dir = join(tmpdir(), `fleet-ratelimit-release-${commit.slice(0, 12)}`);
   const server = join(dir, 'dist', 'demo', 'server.js');
-  const done = join(dir, '.built');
-  if (existsSync(done)) return { server };
+  if (usableBuild(dir, server)) return { server };
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const tar = git('archive', '--format=tar', commit);
@@ -42,6 +41,15 @@ export function buildRelease(commit: string = PREVIOUS_RELEASE): { server: strin
   else execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: dir, stdio: 'ignore' });
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: dir, stdio: 'ignore' });
   if (!existsSync(server)) throw new Error(`building ${commit} made no ${server}`);
-  writeFileSync(done, `${commit}\n`);
+  writeFileSync(join(dir, '.built'), `${commit}\n`);
   return { server };
+}
+
+/**
+ * Whether the build kept in `dir` can run `server`: it was finished, and the dependencies it uses are
+ * still there. Linked ones belong to the checkout that built it, which may have been removed since
+ * (a worktree, a clone in a temp folder): its link then dangles, and the build is made again.
+ */
+export function usableBuild(dir: string, server: string): boolean {
+  return existsSync(join(dir, '.built')) && existsSync(join(dir, 'node_modules')) && existsSync(server);
 }
