@@ -132,10 +132,12 @@ describe('Redis bus connection options: ACL user, TLS', function () {
     const cluster = await startRedisCluster(3);
     stops.push(() => cluster.stop());
     await checkRedis({ clusterNodes: cluster.nodes.map((n) => `redis://${n.host}:${n.port}`) }, 5000);
-    const deadCluster = await checkRedis({ clusterNodes: [`redis://127.0.0.1:${closed}`] }, 1000).then(
+    // A port free now: the one above was free before the cluster started, which may have taken it.
+    const gone = await freePort();
+    const deadCluster = await checkRedis({ clusterNodes: [`redis://127.0.0.1:${gone}`] }, 1000).then(
       () => undefined,
       (e: Error) => e,
     );
-    expect(deadCluster?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${closed}: `));
+    expect(deadCluster?.message).to.match(new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${gone}: `));
   });
 });
