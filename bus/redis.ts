@@ -164,6 +164,7 @@ export class RedisBus implements Bus {
     return {
       size: () => this.fleet.size(),
       unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
+      countsBlankets: () => this.fleet.countsBlankets(),
       // L5 is for members this owner hears from through Redis. Its own node it hears in process: that
       // node's silence was this very process's stall, and its self-grants reach the owner side the
       // moment they are made (held back until their batch is folded), so there is nothing to wait for.

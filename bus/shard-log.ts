@@ -1,3 +1,4 @@
+import type { Blanket } from '../lib/owner/blankets.js';
 import { shardOf, type Grant, type OwnerMessage } from '../lib/protocol/messages.js';
 import type { EnvelopeFields } from './codec.js';
 import { processName } from './keys.js';
@@ -63,6 +64,19 @@ export class ShardLog {
       });
     }
     return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
+  }
+
+  /**
+   * A blanket onto its shard's log, as an entry of no grants (`lib/owner/blankets.ts`); the owner hears
+   * whether the write was taken: only then may the windows it covers use it.
+   */
+  logBlanket(b: Blanket): void {
+    const { ctx } = this;
+    const o = ctx.owned.get(b.shard);
+    if (o !== undefined) o.dirty = true;
+    void this.appendGrants(b.shard, ctx.codec.seal('grants', { shard: b.shard, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, ctx.redis).then((taken) =>
+      ctx.owner()?.blanketLogged?.(b, taken),
+    );
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
+import type { Blanket } from '../lib/owner/blankets.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import type { NodeStatus } from './keys.js';
@@ -36,6 +37,9 @@ export interface CreditOwner {
   logged?(grants: readonly Grant[]): void;
   /** Whether all a grant states is on record already, so it may go out before its own log write. */
   onRecord?(grant: Grant): boolean;
+  /** The blankets to log now on the shards it serves (`lib/owner/blankets.ts`), and whether each write was taken. */
+  blanketsDue?(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[];
+  blanketLogged?(blanket: Blanket, taken: boolean): void;
 }
 
 /** Identity of a connected node process. */

@@ -98,7 +98,11 @@ export class LedgerStore {
   private readonly byShard: Array<ShardLedgers | undefined> = [];
   private count = 0;
 
-  constructor(private readonly shardOf: (keyId: string, windowId: number) => number) {}
+  constructor(
+    private readonly shardOf: (keyId: string, windowId: number) => number,
+    /** Hears of every ledger as it is made (an owner counts earlier owners' blankets in it). */
+    private readonly made?: (l: Ledger) => void,
+  ) {}
 
   /** Number of ledgers held. */
   get size(): number {
@@ -131,6 +135,7 @@ export class LedgerStore {
         if (windowEnd < s.firstEnd) s.firstEnd = windowEnd;
       }
       this.count++;
+      this.made?.(l);
     }
     // A policy change mid-window moves the allowance; credit already committed stays committed.
     l.allowance = limit;

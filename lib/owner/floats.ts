@@ -1,5 +1,6 @@
 import { FLOAT_PREFIX, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
 import type { Grant } from '../protocol/messages.js';
+import type { Blanket, Blankets } from './blankets.js';
 import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
 import type { Issuer } from './issuer.js';
 import { directOf } from './ledger-sums.js';
@@ -27,11 +28,23 @@ export class Floats {
     private readonly pool: CreditPool,
     private readonly issuer: Issuer,
     private readonly stats: FoldOwnerStats,
+    private readonly blankets: Blankets,
   ) {}
 
   /** Whether floats are on: `refillFloats` was called once. */
   get on(): boolean {
     return this.turnedOn;
+  }
+
+  /**
+   * An ask wanting `want` may draw on `l`'s float: it sizes the float's refills, puts `l` on the list,
+   * and a window with no float yet gets one of one credit if its shard's blanket covers it (`cover`).
+   */
+  asked(l: Ledger, want: number): void {
+    l.asks += want;
+    l.asked = true;
+    this.floatWanted.add(l);
+    this.cover(l);
   }
 
   /** Puts `l` on the list of windows `refillFloats` tops up. */
@@ -94,6 +107,33 @@ export class Floats {
       }
     }
     return out;
+  }
+
+  /**
+   * The blankets to log now on the shards this owner serves (`Blankets.due`): none until floats are
+   * on, nor while a member may not count them (`FleetView.countsBlankets`).
+   */
+  blanketsDue(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[] {
+    const holder = this.cfg.floatHolder;
+    if (holder === undefined || !this.turnedOn) return [];
+    return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true);
+  }
+
+  /**
+   * A window with no float of this owner's yet, covered by its shard's taken blanket: a float of one
+   * credit, usable at once — the blanket is its grant on record (`lib/owner/blankets.ts`). So the
+   * window's first ask is answered without a log write. From the pool without the reserve.
+   */
+  private cover(l: Ledger): void {
+    const holder = this.cfg.floatHolder;
+    const epoch = this.cfg.ownerEpoch(l.shard);
+    if (holder === undefined || l.fixed || l.float?.lease.lease === epoch || !this.blankets.covers(l, epoch) || this.pool.available(l) < 1) return;
+    const f = this.floatOf(l, holder, l.shard);
+    // A float lease of this epoch already issued to (it cannot be, as `l.float` was not it): no blanket.
+    if (f.lease.issued !== 0) return;
+    f.lease.issued = 1;
+    f.onRecord = 1;
+    this.stats.blanketFloats++;
   }
 
   /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
