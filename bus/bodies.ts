@@ -19,9 +19,8 @@ export interface Bodies {
   /**
    * Grants an owner issued, logged to the shard's log stream for a later owner's replay. `epoch`: the
    * writer's owner epoch, the signed copy of the entry's plain `epoch` field that fences the log
-   * (`lua/snapshot.lua`); absent from an older release's entries. `blanket`: the owner's blanket for
-   * the shard (`lib/owner/blankets.ts`), in an entry of its own with no grants; a release that does not
-   * know it reads an entry of no grants.
+   * (`lua/snapshot.lua`); absent from an older release's entries. `blanket` (`lib/owner/blankets.ts`):
+   * alone in an entry, which a release that does not know it reads as one of no grants.
    */
   grants: { shard: number; grants: Grant[]; epoch?: number; blanket?: Blanket };
   /** An owner's checkpoint of a shard: its ledgers as grants and reports, replayed like the log. */
@@ -146,7 +145,9 @@ const blanketRec = record<Blanket>([
   ['nodeId', str],
   ['nodeEpoch', str],
   ['ownerEpoch', posint],
+  ['startsAfter', uint],
   ['startsBy', uint],
+  ['retired', bool],
 ]);
 const adjustRec = record<Omit<Adjust, 'type'>>([
   ['keyId', str],

@@ -110,6 +110,8 @@ export class RoundLoop {
     const stale = parts.fence.takeRelinquished((s) => parts.fleet.table[s]?.epoch ?? 0);
     const givenUp = [...new Set([...released, ...stale])];
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
+      // Every answer's grant on record: the shards' blankets are retired (later owners need not count them).
+      .then(() => parts.log.retireBlankets(released))
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
       .then(() => (ctx.closed() ? undefined : this.runRound(wanted, givenUp, 'stay')))
       .catch((err: unknown) => {

@@ -21,9 +21,6 @@ export { FLOAT_PREFIX };
 export type { FleetView, FoldOwnerConfig, FoldOwnerStats } from './owner/config.js';
 export { InvariantViolation } from './owner/issuer.js';
 
-/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
-const AHEAD_FLOAT_ROUNDS = 4;
-
 /** A pool this many times what every node's lease could want lets top-ups wait (`topUp`). */
 const PLENTY = 16;
 
@@ -121,9 +118,9 @@ export class FoldOwner {
     return this.floats.refillFloats(serving);
   }
 
-  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
-  logged(grants: readonly Grant[]): void {
-    this.floats.logged(grants);
+  /** Grants whose log write came back, taken or not (`Floats.logged`). */
+  logged(grants: readonly Grant[], taken = true): void {
+    this.floats.logged(grants, taken);
   }
 
   /** The blankets to log now on the shards this owner serves (`Floats.blanketsDue`). */
@@ -134,6 +131,11 @@ export class FoldOwner {
   /** Whether a blanket's log write was taken: only then may the windows it covers use it. */
   blanketLogged(b: Blanket, taken: boolean): void {
     this.blankets.logged(b, taken);
+  }
+
+  /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
+  retireBlanket(shard: number): Blanket | undefined {
+    return this.blankets.retire(shard);
   }
 
   /** Whether all `g` states is on record already, so it may go out before its own log write does. */
@@ -156,13 +158,7 @@ export class FoldOwner {
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;
       if (age !== undefined) this.foldAges.observe(age, top);
-      // A node reporting, in the rounds before a window starts, a key it will ask for there (too
-      // rare for a lease): the window gets a float before its first ask, not after it. This owner's
-      // own node too: its asks wait for their grant's log write like any other's.
-      const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats.on && !ledger.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
-        this.floats.markWanted(ledger);
-      }
+      if (this.floats.on && this.floats.aheadOf(ledger, now) && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) this.floats.markWanted(ledger);
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
       if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
         if (ledger.fixed) {

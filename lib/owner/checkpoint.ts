@@ -21,7 +21,7 @@ export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: End
   const covered = new Set<number>();
   for (const e of entries) {
     if (e.kind === 'blanket') {
-      blankets.replay(e.blanket);
+      blankets.replay(e.blanket, unmarkedBy);
       covered.add(e.blanket.shard);
       continue;
     }

@@ -9,6 +9,9 @@ import type { CreditPool } from './pool.js';
 /** Refills a float waits for its log write before writing its grant again. */
 const RELOG_ROUNDS = 4;
 
+/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
+const AHEAD_FLOAT_ROUNDS = 4;
+
 /** A float holds at least this much (while the window has it), and at most a quarter of the allowance (at least 1). */
 const FLOAT_MIN = 2;
 
@@ -45,6 +48,16 @@ export class Floats {
     l.asked = true;
     this.floatWanted.add(l);
     this.cover(l);
+  }
+
+  /**
+   * Whether a node's report of `l` comes in the rounds before it starts: of a key the node will ask
+   * for there (too rare for a lease), the window gets a float before its first ask, not after it.
+   * This owner's own node too: its asks wait for their grant's log write like any other's.
+   */
+  aheadOf(l: Ledger, now: number): boolean {
+    const ahead = l.windowEnd - l.windowMs - now;
+    return !l.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs;
   }
 
   /** Puts `l` on the list of windows `refillFloats` tops up. */
@@ -136,9 +149,17 @@ export class Floats {
     this.stats.blanketFloats++;
   }
 
-  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
-  logged(grants: readonly Grant[]): void {
+  /**
+   * Grants whose log write came back in time (`taken`): what they state is on record, floats' credit
+   * usable. Not taken, one with float credit (answered before its write) keeps its shard's blanket
+   * from being retired.
+   */
+  logged(grants: readonly Grant[], taken = true): void {
     for (const g of grants) {
+      if (!taken) {
+        if ((g.floated ?? 0) > 0) this.blankets.lost(this.cfg.shardOf(g.keyId, g.windowId), g.ownerEpoch);
+        continue;
+      }
       const found = this.granted(g);
       if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(found.l.shard)) continue;
       const { l, lease } = found;

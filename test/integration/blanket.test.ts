@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import { BLANKET_SPAN_MS } from '../../lib/owner/blankets.js';
-import { BUS_SECRET, fleetSuite, limits, placeOf, until, type Member } from '../support/redis-members.js';
+import type { CreditRequest } from '../../lib/protocol/messages.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, until, windowLeftMs, type Member } from '../support/redis-members.js';
 
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
 type Append = (...args: unknown[]) => Promise<boolean>;
@@ -21,11 +22,51 @@ function keysOwnedBy(asker: Member, owner: string, salt: string, windowMs: numbe
 /** The owner's log writes, to hold or slow. */
 const logOf = (m: Member): { appendGrants: Append } => (m.bus as unknown as { log: { appendGrants: Append } }).log;
 
+/** `m`'s own blankets, by shard. */
+const ownBlankets = (m: Member): Map<number, { taken: number; blanket: { startsAfter: number } }> =>
+  (m.owner as unknown as { blankets: { own: Map<number, { taken: number; blanket: { startsAfter: number } }> } }).blankets.own;
+
 /** Until `m`'s blanket for `shard` is on record, covering windows that start within the next second. */
 function blanketTaken(m: Member, shard: number): Promise<void> {
-  const own = (m.owner as unknown as { blankets: { own: Map<number, { taken: number }> } }).blankets.own;
+  const own = ownBlankets(m);
   return until(() => (own.get(shard)?.taken ?? 0) - Date.now() >= BLANKET_SPAN_MS / 2 - 100, 'the shard’s blanket on record', 5000);
 }
+
+/**
+ * A key of `owner`'s whose current window (of length `windowMs`) started after its first blanket: no
+ * window that started before an owner's time is covered. Keys are tried until one's window is so.
+ */
+async function keyInItsTime(owner: Member, salt: string, windowMs: number): Promise<string> {
+  const next = keysOwnedBy(owner, owner.nodeId, salt, windowMs);
+  await until(() => ownBlankets(owner).size > 0, 'the owner’s first blankets');
+  const after = Math.min(...[...ownBlankets(owner).values()].map((o) => o.blanket.startsAfter));
+  let keyId = next();
+  await until(
+    () => {
+      keyId = windowMs > 1000 ? next() : keyId;
+      return Date.now() + windowLeftMs(keyId, windowMs) - windowMs > after;
+    },
+    'a key whose window started in the owner’s time',
+    10_000,
+  );
+  return keyId;
+}
+
+const ask = (keyId: string, windowId: number, windowMs: number, limit: number): CreditRequest => ({
+  keyId,
+  windowId,
+  windowMs,
+  limit,
+  nodeId: 'x',
+  nodeEpoch: 'x-e1',
+  lease: 1,
+  spent: 0,
+  selfIssued: 0,
+  released: 0,
+  need: limit,
+  demand: 0,
+  fastPath: false,
+});
 
 describe('Blankets over real Redis: a window’s first ask answered before its log write', function () {
   this.timeout(30_000);
@@ -35,7 +76,7 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
     const a = ctx.join('a');
     await a.bus.ready();
     const W = 1000;
-    const keyId = keysOwnedBy(a, 'a', 'first', W)();
+    const keyId = await keyInItsTime(a, 'first', W);
     const { shard } = placeOf(keyId, W);
     await blanketTaken(a, shard);
     const log = logOf(a);
@@ -67,7 +108,7 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
     const a = ctx.join('a');
     await a.bus.ready();
     const W = 60_000;
-    const keyId = keysOwnedBy(a, 'a', 'dies', W)();
+    const keyId = await keyInItsTime(a, 'dies', W);
     const { shard, windowId } = placeOf(keyId, W);
     await blanketTaken(a, shard);
     // a stops its rounds (no checkpoint after this) and every log write of its is held: it has died
@@ -105,5 +146,20 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
     } finally {
       release();
     }
+  });
+
+  it('an owner that leaves cleanly retires its blankets: a window that started in its time costs its successor nothing', async () => {
+    const a = ctx.join('a');
+    await a.bus.ready();
+    const W = 60_000;
+    const keyId = await keyInItsTime(a, 'leaves', W);
+    const { shard, windowId } = placeOf(keyId, W);
+    await blanketTaken(a, shard);
+    const b = ctx.join('b');
+    await b.bus.ready();
+    await a.stop();
+    await until(() => b.bus.ownedShards().includes(shard) && b.node.silenceMs(shard) === 0, 'b to take a’s shard over', 10_000);
+    const g = b.owner.onCreditRequest(ask(keyId, windowId, W, 5));
+    expect(g?.issued, 'the whole allowance: a’s retired blanket counts for nothing').to.equal(5);
   });
 });

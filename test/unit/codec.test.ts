@@ -54,7 +54,7 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
   });
 
   it('carries a blanket in a log entry of no grants and in a checkpoint, and a statement that blankets are counted', () => {
-    const blanket = { shard: 3, nodeId: 'node-1', nodeEpoch: 'e-1', ownerEpoch: 4, startsBy: 1_700_000_002_000 };
+    const blanket = { shard: 3, nodeId: 'node-1', nodeEpoch: 'e-1', ownerEpoch: 4, startsAfter: 1_700_000_000_000, startsBy: 1_700_000_002_000, retired: false };
     const entry = codec.seal('grants', { shard: 3, grants: [], epoch: 4, blanket });
     expect(codec.open(entry).body).to.deep.equal({ shard: 3, grants: [], epoch: 4, blanket });
     const entries = [
@@ -66,7 +66,7 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     expect(codec.open(codec.seal('beat', { nodeId: 'n', nodeEpoch: 'e', statement: { ...statement, blankets: true } })).body).to.deep.include({ statement: { ...statement, blankets: true } });
     expect(codec.open(codec.seal('beat', { nodeId: 'n', nodeEpoch: 'e', statement })).body, 'an older release states nothing').to.deep.include({ statement });
     const bad = JSON.parse(entry.b) as Record<string, unknown[]>;
-    bad.blanket![4] = -1;
+    bad.blanket![5] = -1;
     rejects(resign(entry, bad), 'malformed', /blanket\.startsBy/);
   });
 
