@@ -135,7 +135,7 @@ export class FoldOwner {
 
   /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
   retireBlanket(shard: number): Blanket | undefined {
-    return this.blankets.retire(shard);
+    return this.floats.retireBlanket(shard);
   }
 
   /** Whether all `g` states is on record already, so it may go out before its own log write does. */

@@ -75,6 +75,8 @@ export interface Float {
   moved: number;
   /** Refills waited for its last log write to come back. */
   waited: number;
+  /** Made under a blanket (`lib/owner/blankets.ts`): its first credit is on record only as the blanket says. */
+  blanket: boolean;
 }
 
 /** One shard's ledgers, and the earliest window end among them (the sweep skips a shard before it). */

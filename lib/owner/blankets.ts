@@ -8,8 +8,11 @@ import type { LogEntry } from '../protocol/log.js';
  */
 export const BLANKET_SPAN_MS = 2000;
 
-/** Longest window a policy allows (`lib/policy.ts`): an earlier owner's blanket is forgotten once every window it covered ended. */
-const LONGEST_WINDOW_MS = 31 * 86_400_000;
+/**
+ * An earlier owner's blanket is forgotten once every window it covered ended: the longest window a
+ * policy allows (`lib/policy.ts`) after its `startsBy`, and a minute for the owners' clocks' skew.
+ */
+const FORGOTTEN_AFTER_MS = 31 * 86_400_000 + 60_000;
 
 /** Earlier owners' blankets kept per shard at most (owner epochs that failed without retiring theirs). */
 const INHERITED_PER_SHARD = 512;
@@ -68,6 +71,8 @@ export class Blankets {
   private readonly inherited = new Map<number, Blanket[]>();
   /** Whether every member counts blankets (`FleetView.countsBlankets`), as of the last `due`. */
   private allowed = false;
+  /** A log is being replayed: ledgers made meanwhile count blankets after it (`replayLog`), as one may be retired. */
+  replaying = false;
 
   /**
    * The blankets to write now on the shards this owner serves: one whose latest `startsBy` is no more
@@ -140,7 +145,12 @@ export class Blankets {
     list.push(same === undefined ? b : { ...b, startsAfter: Math.min(same.startsAfter, b.startsAfter), startsBy: Math.max(same.startsBy, b.startsBy) });
     // Newest first; none whose every window ended; at most INHERITED_PER_SHARD (the oldest go).
     list.sort((x, y) => y.startsBy - x.startsBy);
-    while (list.length > 0 && (list.length > INHERITED_PER_SHARD || list.at(-1)!.startsBy < now - LONGEST_WINDOW_MS)) list.pop();
+    while (list.length > 0 && (list.length > INHERITED_PER_SHARD || list.at(-1)!.startsBy < now - FORGOTTEN_AFTER_MS)) list.pop();
+  }
+
+  /** Shards with earlier owners' blankets to count. */
+  shards(): IterableIterator<number> {
+    return this.inherited.keys();
   }
 
   /**
@@ -149,7 +159,7 @@ export class Blankets {
    */
   inherit(l: Ledger): void {
     const list = this.inherited.get(l.shard);
-    if (list === undefined) return;
+    if (list === undefined || this.replaying) return;
     const start = l.windowEnd - l.windowMs;
     for (const b of list) {
       if (!covering(b, start)) continue;

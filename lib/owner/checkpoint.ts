@@ -18,11 +18,21 @@ import type { NodeReports } from './node-reports.js';
  * before) may have been dropped unmarked.
  */
 export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
-  const covered = new Set<number>();
+  // Blankets are counted once the whole replay is read (a later entry may retire one), in every
+  // ledger of a shard that has any: made in this replay, or known before it.
+  blankets.replaying = true;
+  try {
+    replayEntries(ledgers, reports, marks, blankets, entries, unmarkedBy);
+  } finally {
+    blankets.replaying = false;
+  }
+  for (const shard of blankets.shards()) for (const l of ledgers.inShard(shard)) blankets.inherit(l);
+}
+
+function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
   for (const e of entries) {
     if (e.kind === 'blanket') {
       blankets.replay(e.blanket, unmarkedBy);
-      covered.add(e.blanket.shard);
       continue;
     }
     if (e.kind === 'ended') {
@@ -59,8 +69,6 @@ export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: End
     // Until a report or request states the allowance, nothing more is issued for this window.
     l.allowance = Math.max(l.allowance, committed(l));
   }
-  // Ledgers made before their shard's blanket was read (those made after count it as they are made).
-  for (const shard of covered) for (const l of ledgers.inShard(shard)) blankets.inherit(l);
 }
 
 /**

@@ -146,7 +146,19 @@ export class Floats {
     if (f.lease.issued !== 0) return;
     f.lease.issued = 1;
     f.onRecord = 1;
+    f.blanket = true;
     this.stats.blanketFloats++;
+  }
+
+  /**
+   * The shard is given up cleanly (`Blankets.retire`): its blanket's retirement to log, if any. A
+   * float made under it is then on record only once a grant of it is: until its refill's write comes
+   * back (or, unrefilled, it is written again), it gives nothing — should this owner serve the shard
+   * again under the same owner epoch, a later owner would not count the retired blanket.
+   */
+  retireBlanket(shard: number): Blanket | undefined {
+    for (const l of this.ledgers.inShard(shard)) if (l.float?.blanket === true && l.float.onRecord <= 1) l.float.onRecord = 0;
+    return this.blankets.retire(shard);
   }
 
   /**
@@ -197,7 +209,7 @@ export class Floats {
     const epoch = this.cfg.ownerEpoch(shard);
     if (l.float?.lease.lease !== epoch) {
       const lease = leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
-      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0 };
+      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0, blanket: false };
     }
     return l.float;
   }

@@ -190,6 +190,39 @@ describe('owner blankets: a window’s first ask answered before its log write',
     expect(c.onCreditRequest(ask(day, 'n', 2, 2, false))!.issued, 'started before either').to.equal(2);
   });
 
+  it('a blanket retired later in the log counts in no window, whichever entries of it came between', () => {
+    const clock = new FakeClock(NOW);
+    const a = owner(clock);
+    const written = covered(a);
+    clock.set(LATER);
+    const k = keyAt(12, LATER);
+    // An ask off the fast path: from the pool, its grant logged before the answer; no float made.
+    const g = a.onCreditRequest(ask(k, 'n', 2, 1, false))!;
+    const retired = a.retireBlanket(k.shard)!;
+    const log = [...blanketEntries(written), ...grantEntries([g]), ...blanketEntries([retired])];
+    const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
+    b.replay(log);
+    expect(b.committed(k.keyId, W, k.windowId), 'what was granted, and no more').to.equal(1);
+    expect(b.onCreditRequest(ask(k, 'm', 2, 1, false))!.issued).to.equal(1);
+  });
+
+  it('a float made under a blanket it retires gives nothing until a grant of it is on record', () => {
+    const clock = new FakeClock(NOW);
+    const a = owner(clock);
+    covered(a);
+    clock.set(LATER);
+    const k = keyAt(13, LATER);
+    // Wanting two: more than the blanket's float holds, so it is made and left unused.
+    expect(a.onCreditRequest(ask(k, 'n', 10, 2))!.floated).to.equal(undefined);
+    expect(a.float(k.keyId, W, k.windowId)).to.equal(1);
+    a.retireBlanket(k.shard);
+    expect(a.float(k.keyId, W, k.windowId)).to.equal(0);
+    // Its grant, written again a few rounds on (cumulative, the blanket's credit included), back
+    // from the log: usable again.
+    for (let round = 0; round < 4; round++) a.logged(a.refillFloats(all));
+    expect(a.float(k.keyId, W, k.windowId)).to.be.at.least(1);
+  });
+
   it('retires nothing once a grant with float credit was not taken by the log', () => {
     const clock = new FakeClock(NOW);
     const a = owner(clock);
