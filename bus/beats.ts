@@ -71,7 +71,7 @@ export class BeatStatements {
       if (g === undefined) groups.set(at, [s]);
       else g.push(s);
     }
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted] };
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true };
     return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
   }
 
@@ -107,5 +107,5 @@ export class BeatStatements {
 export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
   for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted) };
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true };
 }

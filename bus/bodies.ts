@@ -1,3 +1,4 @@
+import type { Blanket } from '../lib/owner/blankets.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
 import { at, bad, bool, int, list, num, object, optional, pair, posint, quietly, record, str, uint, type Reader } from './body-readers.js';
@@ -18,9 +19,10 @@ export interface Bodies {
   /**
    * Grants an owner issued, logged to the shard's log stream for a later owner's replay. `epoch`: the
    * writer's owner epoch, the signed copy of the entry's plain `epoch` field that fences the log
-   * (`lua/snapshot.lua`); absent from an older release's entries.
+   * (`lua/snapshot.lua`); absent from an older release's entries. `blanket` (`lib/owner/blankets.ts`):
+   * alone in an entry, which a release that does not know it reads as one of no grants.
    */
-  grants: { shard: number; grants: Grant[]; epoch?: number };
+  grants: { shard: number; grants: Grant[]; epoch?: number; blanket?: Blanket };
   /** An owner's checkpoint of a shard: its ledgers as grants and reports, replayed like the log. */
   snapshot: { shard: number; entries: LogEntry[]; epoch?: number };
   /** A fast-path request to a shard owner. */
@@ -57,6 +59,8 @@ export interface BeatStatement {
   freshAt: number;
   stale: Array<[number, number[]]>;
   selfGranted: Array<[number, number]>;
+  /** It counts blankets in a replay (`lib/owner/blankets.ts`): absent from an older release's. */
+  blankets?: boolean;
 }
 
 /** A node process's fast-path listener. */
@@ -136,6 +140,15 @@ const grantRec = record<Omit<Grant, 'type'>>([
   ['issued', uint],
 ]);
 const GRANT_FIELDS = 9;
+const blanketRec = record<Blanket>([
+  ['shard', uint],
+  ['nodeId', str],
+  ['nodeEpoch', str],
+  ['ownerEpoch', posint],
+  ['startsAfter', uint],
+  ['startsBy', uint],
+  ['retired', bool],
+]);
 const adjustRec = record<Omit<Adjust, 'type'>>([
   ['keyId', str],
   ['windowId', uint],
@@ -216,33 +229,39 @@ const encodeBatch = (b: ReportBatch): unknown => ({ shard: b.shard, nodeId: b.no
 /** `unmarked`, read leniently (a bad value would reject the ledgers too): a fraction ceiled, anything else not a time undated (`null`). */
 const horizon: Reader<number | null | undefined> = (v) => (v === undefined ? undefined : typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.ceil(v) : null);
 const snapshotFields = object({ shard: uint, entries: list(decodeEntry, 2_000_000), epoch: optional(posint), ended: optional(list(pair(posint, uint), 10_000)), unmarked: horizon });
+const blanketsField = object({ blankets: optional(list(blanketRec.decode, 1_000)) });
 const decodeSnapshot: Reader<Bodies['snapshot']> = (v, p) => {
   const { ended, unmarked, ...b } = snapshotFields(v, p);
+  const { blankets } = blanketsField(v, p);
+  for (const blanket of blankets ?? []) b.entries.push({ kind: 'blanket', blanket });
   for (const [windowMs, end] of ended ?? []) b.entries.push({ kind: 'ended', shard: b.shard, windowMs, end });
   if (ended === undefined || unmarked === null) b.entries.push({ kind: 'unmarked', shard: b.shard });
   else if (unmarked !== undefined) b.entries.push({ kind: 'unmarked', shard: b.shard, by: unmarked });
   return b.epoch === undefined ? { shard: b.shard, entries: b.entries } : b;
 };
 /** A checkpoint's entries in its body's keys; an undated `unmarked` entry (an older release's checkpoint, read) is written as one: no `ended`. */
-const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]>; unmarked?: number } => {
+const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ended?: Array<[number, number]>; unmarked?: number; blankets?: unknown[] } => {
   const out: unknown[] = [];
   const ended: Array<[number, number]> = [];
+  const blankets: unknown[] = [];
   let unmarked = -1;
   for (const e of entries) {
     if (e.kind === 'report') out.push(['r', encodeBatch(e.batch)]);
     else if (e.kind === 'grant') out.push(['g', encodeGrant(e.grant)]);
     else if (e.kind === 'ended') ended.push([e.windowMs, e.end]);
+    else if (e.kind === 'blanket') blankets.push(blanketRec.encode(e.blanket));
     else unmarked = e.by === undefined ? Infinity : Math.max(unmarked, Math.ceil(e.by));
   }
-  return unmarked === Infinity ? { entries: out } : unmarked < 0 ? { entries: out, ended } : { entries: out, ended, unmarked };
+  const more = blankets.length > 0 ? { blankets } : {};
+  return unmarked === Infinity ? { entries: out, ...more } : unmarked < 0 ? { entries: out, ended, ...more } : { entries: out, ended, unmarked, ...more };
 };
 
-const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000) });
+const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000), blankets: optional(bool) });
 
 /** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   reports: quietly(decodeBatch),
-  grants: quietly(object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint) })),
+  grants: quietly(object({ shard: uint, grants: list(decodeGrant), epoch: optional(posint), blanket: optional(blanketRec.decode) })),
   snapshot: quietly(decodeSnapshot),
   ask: quietly(object({ id: posint, nodeId: str, nodeEpoch: str, requests: list(requestRec.decode, 64) })),
   messages: quietly(object({ re: uint, nodeId: str, messages: list(decodeMessage) })),
@@ -255,7 +274,12 @@ export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
 
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
-  grants: (b) => ({ shard: b.shard, grants: b.grants.map(encodeGrant), ...(b.epoch !== undefined ? { epoch: b.epoch } : {}) }),
+  grants: (b) => ({
+    shard: b.shard,
+    grants: b.grants.map(encodeGrant),
+    ...(b.epoch !== undefined ? { epoch: b.epoch } : {}),
+    ...(b.blanket !== undefined ? { blanket: blanketRec.encode(b.blanket) } : {}),
+  }),
   snapshot: (b) => ({
     shard: b.shard,
     ...encodeEntries(b.entries),
@@ -269,7 +293,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   beat: (b) => ({
     nodeId: b.nodeId,
     nodeEpoch: b.nodeEpoch,
-    statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted },
+    statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted, ...(b.statement.blankets ? { blankets: 1 } : {}) },
     ...(b.left ? { left: 1 } : {}),
   }),
   fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, ...(b.settled ? { settled: 1 } : {}) }),

@@ -190,6 +190,15 @@ export class FleetTable {
   }
 
   /**
+   * Whether every member's last verified statement says it counts blankets (`lib/owner/blankets.ts`):
+   * one that states nothing verifiable, or is of an older release, turns them off for every owner.
+   */
+  countsBlankets(): boolean {
+    for (const m of this.members.values()) if (m.beat?.blankets !== true) return false;
+    return true;
+  }
+
+  /**
    * Whether the table names this very process (node id and epoch) as the shard's owner, under the
    * epoch its own last round claimed or renewed: an entry someone wrote into the table naming it is
    * not its claim, and could stand beside the lease of an owner still serving.

@@ -160,14 +160,15 @@ export class RedisBus implements Bus {
   }
 
   fleetView(): FleetView {
-    const roundMs = this.opts.roundMs;
     return {
       size: () => this.fleet.size(),
       unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
+      countsBlankets: () => this.fleet.countsBlankets(),
       // L5 is for members this owner hears from through Redis. Its own node it hears in process: that
       // node's silence was this very process's stall, and its self-grants reach the owner side the
       // moment they are made (held back until their batch is folded), so there is nothing to wait for.
-      rejoining: (nodeId, nodeEpoch) => !(nodeId === this.identity?.nodeId && nodeEpoch === this.identity.nodeEpoch) && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), roundMs),
+      rejoining: (nodeId, nodeEpoch) =>
+        !(nodeId === this.identity?.nodeId && nodeEpoch === this.identity.nodeEpoch) && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), this.opts.roundMs),
     };
   }
 
@@ -238,7 +239,7 @@ export class RedisBus implements Bus {
     try {
       await closing;
       await Promise.all(owned.map((s) => this.log.writeSnapshot(s)));
-      await Promise.allSettled(leave.flatMap((s) => this.log.pendingWrites(s)));
+      await Promise.allSettled(leave.flatMap((s) => this.log.pendingWrites(s))).then(() => this.log.retireBlankets(owned));
       await this.rounds.leave(leave);
     } catch (err) {
       this.opts.logger?.warn({ err }, 'could not leave the fleet cleanly; shards pass on when their lease lapses');

@@ -110,6 +110,8 @@ export class RoundLoop {
     const stale = parts.fence.takeRelinquished((s) => parts.fleet.table[s]?.epoch ?? 0);
     const givenUp = [...new Set([...released, ...stale])];
     (logged.length > 0 ? Promise.allSettled(logged) : Promise.resolve())
+      // Every answer's grant on record: the shards' blankets are retired (later owners need not count them).
+      .then(() => parts.log.retireBlankets(released))
       // Closed meanwhile: close() has left the fleet (these shards with it); a round now would rejoin.
       .then(() => (ctx.closed() ? undefined : this.runRound(wanted, givenUp, 'stay')))
       .catch((err: unknown) => {
@@ -193,12 +195,15 @@ export class RoundLoop {
   }
 
   /**
-   * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them; a float is usable once its
-   * write was taken. Floats are only logged, never sent: they are this owner's own credit.
+   * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them, with the blankets due; a float
+   * (or a blanket) is usable once its write was taken. Floats are only logged, never sent: they are
+   * this owner's own credit.
    */
   private refillFloats(): void {
     const { ctx, parts } = this;
-    const floats = ctx.owner()?.refillFloats?.((s) => ctx.serving(s)) ?? [];
+    const serving = (s: number): boolean => ctx.serving(s);
+    for (const b of ctx.owner()?.blanketsDue?.(ctx.owned.keys(), serving) ?? []) parts.log.logBlanket(b);
+    const floats = ctx.owner()?.refillFloats?.(serving) ?? [];
     if (floats.length === 0) return;
     void parts.log.logGrants(floats).then((ok) => {
       // A float on record may refill a window announced exhausted: tell its leases now.

@@ -1,3 +1,4 @@
+import type { Blanket } from '../lib/owner/blankets.js';
 import { shardOf, type Grant, type OwnerMessage } from '../lib/protocol/messages.js';
 import type { EnvelopeFields } from './codec.js';
 import { processName } from './keys.js';
@@ -5,6 +6,9 @@ import type { LogFence } from './log-fence.js';
 import type { OwnerContext } from './owner-context.js';
 import type { RedisClient } from './redis-connection.js';
 import { appendGrantsScript, flatFields, snapshotScript } from './scripts.js';
+
+/** An idle shard's blanket writes ask for a checkpoint once this long after the last (monotonic ms). */
+const BLANKET_CHECKPOINT_MS = 60_000;
 
 /**
  * Writes to the shards' streams: the grants an owner issues and its checkpoints onto each shard's log
@@ -50,19 +54,54 @@ export class ShardLog {
       // so a write that reached Redis after that was refused. No lease time to check.
       writes.push(
         write.then((written) => {
-          if (written) ctx.owner()?.logged?.(list);
+          ctx.owner()?.logged?.(list, written);
           return written;
         }),
       );
-      // Writes go on two connections, so a later one may finish first: wait for all of them.
-      const prev = this.logWrites.get(shard);
-      const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
-      this.logWrites.set(shard, pending);
-      void pending.finally(() => {
-        if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
-      });
+      this.track(shard, write);
     }
     return writes.length === 0 ? Promise.resolve(true) : Promise.all(writes).then((ok) => ok.every(Boolean));
+  }
+
+  /**
+   * A blanket onto its shard's log, as an entry of no grants (`lib/owner/blankets.ts`); the owner hears
+   * whether the write was taken: only then may the windows it covers use it.
+   */
+  logBlanket(b: Blanket): Promise<boolean> {
+    const { ctx } = this;
+    // Checkpointed at least once a minute (which trims what it covers), however idle the shard.
+    const o = ctx.owned.get(b.shard);
+    if (o !== undefined && ctx.clock.monotonic() - o.snapshotAt >= BLANKET_CHECKPOINT_MS) o.dirty = true;
+    const write = this.appendGrants(b.shard, ctx.codec.seal('grants', { shard: b.shard, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, ctx.redis);
+    this.track(b.shard, write);
+    return write.then((taken) => {
+      ctx.owner()?.blanketLogged?.(b, taken);
+      return taken;
+    });
+  }
+
+  /**
+   * Shards given up cleanly, their grant and blanket writes all back: each one's blanket retired, if
+   * its owner has one to retire (`FoldOwner.retireBlanket`), logged after them on the same connection.
+   */
+  retireBlankets(shards: readonly number[]): Promise<unknown> {
+    const { ctx } = this;
+    const writes: Array<Promise<boolean>> = [];
+    for (const s of shards) {
+      const b = ctx.owner()?.retireBlanket?.(s);
+      if (b !== undefined) writes.push(this.appendGrants(s, ctx.codec.seal('grants', { shard: s, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, ctx.redis));
+    }
+    return Promise.allSettled(writes);
+  }
+
+  /** Counts a log write in its shard's writes in flight: on two connections, a later one may finish first. */
+  private track(shard: number, write: Promise<unknown>): void {
+    const prev = this.logWrites.get(shard);
+    const pending = prev === undefined ? write : Promise.allSettled([prev, write]);
+    this.logWrites.set(shard, pending);
+    void pending.finally(() => {
+      if (this.logWrites.get(shard) === pending) this.logWrites.delete(shard);
+    });
   }
 
   /**

@@ -91,8 +91,11 @@ function logEntries(env: Envelope): LogEntry[] {
   switch (env.t) {
     case 'reports':
       return [{ kind: 'report', batch: env.body }];
-    case 'grants':
-      return env.body.grants.map((grant) => ({ kind: 'grant', grant }));
+    case 'grants': {
+      const out: LogEntry[] = env.body.grants.map((grant) => ({ kind: 'grant', grant }));
+      if (env.body.blanket !== undefined) out.push({ kind: 'blanket', blanket: env.body.blanket });
+      return out;
+    }
     case 'snapshot':
       return env.body.entries;
     default:

@@ -1,5 +1,6 @@
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
+import type { Blanket } from '../lib/owner/blankets.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import type { NodeStatus } from './keys.js';
@@ -32,10 +33,15 @@ export interface CreditOwner {
   snapshot(shard: number): LogEntry[];
   /** Tops up the owner's floats on the shards it serves: grants to log, never to send (turns floats on). */
   refillFloats?(serving: (shard: number) => boolean): Grant[];
-  /** Grants whose log write came back in time (their shard still ours, within the lease). */
-  logged?(grants: readonly Grant[]): void;
+  /** Grants whose log write came back: taken (their shard still ours, within the lease), or not. */
+  logged?(grants: readonly Grant[], taken?: boolean): void;
   /** Whether all a grant states is on record already, so it may go out before its own log write. */
   onRecord?(grant: Grant): boolean;
+  /** The blankets to log now on the shards it serves (`lib/owner/blankets.ts`), and whether each write was taken. */
+  blanketsDue?(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[];
+  blanketLogged?(blanket: Blanket, taken: boolean): void;
+  /** A shard given up cleanly, every write back: its blanket's retirement to log, if any. */
+  retireBlanket?(shard: number): Blanket | undefined;
 }
 
 /** Identity of a connected node process. */

@@ -1,5 +1,6 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
+import { Blankets, type Blanket } from './owner/blankets.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
@@ -8,7 +9,7 @@ import { FixedShare } from './owner/fixed-share.js';
 import { FoldAges, TopKeys } from './owner/fold-age.js';
 import { Floats } from './owner/floats.js';
 import { Issuer } from './owner/issuer.js';
-import { committed, held, runningTotals } from './owner/ledger-sums.js';
+import { committed, held, runningTotals, spentIn } from './owner/ledger-sums.js';
 import { NodeReports } from './owner/node-reports.js';
 import { CreditPool } from './owner/pool.js';
 import { BUSY, BUSY_ROUNDS, GrantSizing } from './owner/sizing.js';
@@ -19,9 +20,6 @@ import { phaseOffset, windowEndMs } from './window.js';
 export { FLOAT_PREFIX };
 export type { FleetView, FoldOwnerConfig, FoldOwnerStats } from './owner/config.js';
 export { InvariantViolation } from './owner/issuer.js';
-
-/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
-const AHEAD_FLOAT_ROUNDS = 4;
 
 /** A pool this many times what every node's lease could want lets top-ups wait (`topUp`). */
 const PLENTY = 16;
@@ -37,8 +35,8 @@ const PLENTY = 16;
  *
  * The parts, in `lib/owner/`: sums over a ledger (`ledger-sums.ts`), what a ledger can still issue
  * (`pool.ts`), how much a lease should get (`sizing.ts`), the messages sent (`issuer.ts`), what is
- * folded from nodes (`node-reports.ts`), floats and log writes (`floats.ts`), and checkpoints
- * (`checkpoint.ts`). This class answers requests and folds report batches with them.
+ * folded from nodes (`node-reports.ts`), floats and log writes (`floats.ts`, `blankets.ts`), and
+ * checkpoints (`checkpoint.ts`). This class answers requests and folds report batches with them.
  */
 export class FoldOwner {
   private readonly ledgers: LedgerStore;
@@ -48,6 +46,7 @@ export class FoldOwner {
   private readonly issuer: Issuer;
   private readonly floats: Floats;
   private readonly fixed: FixedShare;
+  private readonly blankets = new Blankets();
   private readonly measured = new Concentration();
   /** Per shard and window length, the end of the latest window whose ledger was dropped (`ended`). */
   readonly marks = new EndedMarks();
@@ -58,12 +57,12 @@ export class FoldOwner {
 
   constructor(private readonly cfg: FoldOwnerConfig) {
     this.topKeys = new TopKeys(cfg.clock);
-    this.ledgers = new LedgerStore(cfg.shardOf);
+    this.ledgers = new LedgerStore(cfg.shardOf, (l) => this.blankets.inherit(l));
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
     this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
-    this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats);
+    this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats, this.blankets);
     this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
   }
 
@@ -88,11 +87,7 @@ export class FoldOwner {
     // An ask may draw on the float: what it covers needs no log write before the answer. Every ask
     // sizes it, this node's own too: they wait for the log like any other.
     const useFloat = req.fastPath && this.floats.on;
-    if (useFloat) {
-      ledger.asks += want;
-      ledger.asked = true;
-      this.floats.markWanted(ledger);
-    }
+    if (useFloat) this.floats.asked(ledger, want);
     const float = useFloat ? this.pool.floatLeft(ledger) : 0;
     let avail = this.pool.available(ledger);
     // At least a round of the node's demand when there is that much: a busy node that ran dry does
@@ -123,9 +118,24 @@ export class FoldOwner {
     return this.floats.refillFloats(serving);
   }
 
-  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
-  logged(grants: readonly Grant[]): void {
-    this.floats.logged(grants);
+  /** Grants whose log write came back, taken or not (`Floats.logged`). */
+  logged(grants: readonly Grant[], taken = true): void {
+    this.floats.logged(grants, taken);
+  }
+
+  /** The blankets to log now on the shards this owner serves (`Floats.blanketsDue`). */
+  blanketsDue(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[] {
+    return this.floats.blanketsDue(shards, serving);
+  }
+
+  /** Whether a blanket's log write was taken: only then may the windows it covers use it. */
+  blanketLogged(b: Blanket, taken: boolean): void {
+    this.blankets.logged(b, taken);
+  }
+
+  /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
+  retireBlanket(shard: number): Blanket | undefined {
+    return this.floats.retireBlanket(shard);
   }
 
   /** Whether all `g` states is on record already, so it may go out before its own log write does. */
@@ -148,13 +158,7 @@ export class FoldOwner {
       const lease = leaseFor(ledger, batch.nodeId, batch.nodeEpoch, r.lease);
       if (!this.reports.merge(batch.nodeId, lease, r)) continue;
       if (age !== undefined) this.foldAges.observe(age, top);
-      // A node reporting, in the rounds before a window starts, a key it will ask for there (too
-      // rare for a lease): the window gets a float before its first ask, not after it. This owner's
-      // own node too: its asks wait for their grant's log write like any other's.
-      const ahead = ledger.windowEnd - ledger.windowMs - now;
-      if (this.floats.on && !ledger.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) {
-        this.floats.markWanted(ledger);
-      }
+      if (this.floats.on && this.floats.aheadOf(ledger, now) && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) this.floats.markWanted(ledger);
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
       if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
         if (ledger.fixed) {
@@ -201,12 +205,12 @@ export class FoldOwner {
 
   /** Rebuilds ledgers from a shard's retained log before serving it (`replayLog`). */
   replay(entries: readonly LogEntry[]): void {
-    replayLog(this.ledgers, this.reports, this.marks, entries, this.cfg.clock.now() + SKEW_ROUNDS * this.cfg.roundMs);
+    replayLog(this.ledgers, this.reports, this.marks, this.blankets, entries, this.cfg.clock.now() + SKEW_ROUNDS * this.cfg.roundMs);
   }
 
   /** A checkpoint of one shard's ledgers as log entries; `replay(snapshot(s))` restores them (`snapshotShard`). */
   snapshot(shard: number): LogEntry[] {
-    return snapshotShard(this.ledgers, this.issuer, this.marks, shard);
+    return snapshotShard(this.ledgers, this.issuer, this.marks, this.blankets, shard);
   }
 
   /** Messages produced for other nodes (recalls, notices) since the last call. */
@@ -233,10 +237,7 @@ export class FoldOwner {
     const dropped = (l: Ledger): void => {
       this.measured.observe(l, fleet);
       this.marks.raise(l.shard, l.windowMs, l.windowEnd);
-      if (ended === undefined) return;
-      let admitted = 0;
-      for (const lease of l.leases) admitted += lease.spent;
-      ended(l.keyId, l.windowMs, l.windowEnd, admitted, l.allowance);
+      ended?.(l.keyId, l.windowMs, l.windowEnd, spentIn(l), l.allowance);
     };
     // `ended`, as the store counts it: the window's end at or before this.
     this.ledgers.sweep(nowMs - SKEW_ROUNDS * this.cfg.roundMs, dropped);
@@ -271,16 +272,12 @@ export class FoldOwner {
 
   /** Credit issued to nodes' leases for a (key, window): a float's credit counts once it moved to one. */
   issued(keyId: string, windowMs: number, windowId: number): number {
-    let sum = 0;
-    for (const lease of this.ledgers.find(keyId, windowMs, windowId)?.leases ?? []) if (!lease.float) sum += lease.issued;
-    return sum;
+    return (this.ledgers.find(keyId, windowMs, windowId)?.leases ?? []).reduce((sum, lease) => sum + (lease.float ? 0 : lease.issued), 0);
   }
 
   /** Admissions merged from reports for a (key, window), summed over leases and node epochs. */
   spent(keyId: string, windowMs: number, windowId: number): number {
-    let sum = 0;
-    for (const lease of this.ledgers.find(keyId, windowMs, windowId)?.leases ?? []) sum += lease.spent;
-    return sum;
+    return spentIn(this.ledgers.find(keyId, windowMs, windowId));
   }
 
   /**

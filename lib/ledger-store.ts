@@ -75,6 +75,8 @@ export interface Float {
   moved: number;
   /** Refills waited for its last log write to come back. */
   waited: number;
+  /** Made under a blanket (`lib/owner/blankets.ts`): its first credit is on record only as the blanket says. */
+  blanket: boolean;
 }
 
 /** One shard's ledgers, and the earliest window end among them (the sweep skips a shard before it). */
@@ -98,7 +100,11 @@ export class LedgerStore {
   private readonly byShard: Array<ShardLedgers | undefined> = [];
   private count = 0;
 
-  constructor(private readonly shardOf: (keyId: string, windowId: number) => number) {}
+  constructor(
+    private readonly shardOf: (keyId: string, windowId: number) => number,
+    /** Hears of every ledger as it is made (an owner counts earlier owners' blankets in it). */
+    private readonly made?: (l: Ledger) => void,
+  ) {}
 
   /** Number of ledgers held. */
   get size(): number {
@@ -131,6 +137,7 @@ export class LedgerStore {
         if (windowEnd < s.firstEnd) s.firstEnd = windowEnd;
       }
       this.count++;
+      this.made?.(l);
     }
     // A policy change mid-window moves the allowance; credit already committed stays committed.
     l.allowance = limit;

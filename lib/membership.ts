@@ -49,6 +49,8 @@ export interface Heartbeat extends Omit<NodeBeat, 'contact'> {
   readonly freshAt: number;
   /** …these shards (a shard → the time it last heard from that shard's owner). */
   readonly stale: ReadonlyMap<number, number>;
+  /** It counts blankets when it replays a shard's log (`lib/owner/blankets.ts`); an older release does not say so. */
+  readonly blankets?: boolean;
 }
 
 /**

@@ -39,6 +39,11 @@ export function addOwnerMetrics({ members, each, gauge, fromNode, histogram }: M
     (src) => src.owner?.stats.floatAnswers ?? 0,
   );
   fromNode(
+    'fleet_ratelimit_blanket_floats_total',
+    'As a shard owner: windows whose first ask was answered from a float of one credit its shard’s blanket put on record, without a log write.',
+    (src) => src.owner?.stats.blanketFloats ?? 0,
+  );
+  fromNode(
     'fleet_ratelimit_grants_withheld_total',
     'As a shard owner: grants issued but never sent, because their log write failed or the log fence of a later owner refused it (accuracy lost, never safety).',
     (src) => src.bus?.counters?.grantsWithheld ?? 0,

@@ -1,6 +1,7 @@
 import { leaseFor, type LedgerStore } from '../ledger-store.js';
 import type { LogEntry } from '../protocol/log.js';
 import type { Report } from '../protocol/messages.js';
+import type { Blankets } from './blankets.js';
 import type { EndedMarks } from './ended.js';
 import type { Issuer } from './issuer.js';
 import { committed, held } from './ledger-sums.js';
@@ -10,12 +11,30 @@ import type { NodeReports } from './node-reports.js';
  * Rebuilds ledgers from a shard's retained log, as a restarted or new owner must before it serves:
  * grants restore what was issued (cumulative, so order and duplicates do not matter), reports what
  * was spent, self-granted and released, ended marks which windows an earlier owner dropped (never
- * issued for again). Credit issued before a crash is never issued twice. A checkpoint an older release
- * wrote keeps no marks: its shard's windows ending by `unmarkedBy` (the replaying owner's clock and
- * the skew: every ledger that owner dropped ended before) may have been dropped unmarked.
+ * issued for again), blankets the float credit an earlier owner may have issued unlogged (counted
+ * in every window they cover, `Blankets.inherit`). Credit issued before a crash is never issued
+ * twice. A checkpoint an older release wrote keeps no marks: its shard's windows ending by
+ * `unmarkedBy` (the replaying owner's clock and the skew: every ledger that owner dropped ended
+ * before) may have been dropped unmarked.
  */
-export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, entries: readonly LogEntry[], unmarkedBy: number): void {
+export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
+  // Blankets are counted once the whole replay is read (a later entry may retire one), in every
+  // ledger of a shard that has any: made in this replay, or known before it.
+  blankets.replaying = true;
+  try {
+    replayEntries(ledgers, reports, marks, blankets, entries, unmarkedBy);
+  } finally {
+    blankets.replaying = false;
+  }
+  for (const shard of blankets.shards()) for (const l of ledgers.inShard(shard)) blankets.inherit(l);
+}
+
+function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
   for (const e of entries) {
+    if (e.kind === 'blanket') {
+      blankets.replay(e.blanket, unmarkedBy);
+      continue;
+    }
     if (e.kind === 'ended') {
       marks.raise(e.shard, e.windowMs, e.end);
       continue;
@@ -53,14 +72,14 @@ export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: End
 }
 
 /**
- * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease), and the
- * ended marks: what a later owner replays instead of the whole log behind it. `replayLog` of it
- * restores them. A ledger dropped before the checkpoint is covered by a mark, one dropped after is in
+ * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease), the
+ * ended marks and the blankets: what a later owner replays instead of the whole log behind it.
+ * `replayLog` of it restores them. A ledger dropped before the checkpoint is covered by a mark, one dropped after is in
  * it, so the log the checkpoint trims never loses a window's record without saying it ended. It
  * visits that shard's ledgers only (`LedgerStore.inShard`).
  */
-export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: EndedMarks, shard: number): LogEntry[] {
-  const entries: LogEntry[] = marks.entries(shard);
+export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: EndedMarks, blankets: Blankets, shard: number): LogEntry[] {
+  const entries: LogEntry[] = [...marks.entries(shard), ...blankets.entries(shard)];
   const batches = new Map<string, { nodeId: string; nodeEpoch: string; reports: Report[] }>();
   for (const l of ledgers.inShard(shard)) {
     for (const lease of l.leases) {

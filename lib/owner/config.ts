@@ -15,6 +15,12 @@ export interface FleetView {
    * Never this owner's own process: it hears its own node in process, not through heartbeats.
    */
   rejoining(nodeId: string, nodeEpoch: string): boolean;
+  /**
+   * Whether every member states that it counts blankets (`lib/owner/blankets.ts`) when it replays a
+   * shard's log: until then no owner writes or uses one, since an older release taking a shard over
+   * would not count the credit they let its owner issue. Absent: no.
+   */
+  countsBlankets?(): boolean;
 }
 
 /** Settings of the owner side of the protocol. */
@@ -51,6 +57,8 @@ export interface FoldOwnerStats {
   /** Refills of floats, and asks answered from a float (no wait for a log write). */
   floatRefills: number;
   floatAnswers: number;
+  /** Floats of one credit made under a blanket, for a window's first ask. */
+  blanketFloats: number;
   reportsMerged: number;
   reportsStale: number;
   reserveReleases: number;
@@ -67,6 +75,7 @@ export function newStats(): FoldOwnerStats {
     withheld: 0,
     floatRefills: 0,
     floatAnswers: 0,
+    blanketFloats: 0,
     reportsMerged: 0,
     reportsStale: 0,
     reserveReleases: 0,

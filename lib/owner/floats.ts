@@ -1,5 +1,6 @@
 import { FLOAT_PREFIX, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
 import type { Grant } from '../protocol/messages.js';
+import type { Blanket, Blankets } from './blankets.js';
 import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
 import type { Issuer } from './issuer.js';
 import { directOf } from './ledger-sums.js';
@@ -7,6 +8,9 @@ import type { CreditPool } from './pool.js';
 
 /** Refills a float waits for its log write before writing its grant again. */
 const RELOG_ROUNDS = 4;
+
+/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
+const AHEAD_FLOAT_ROUNDS = 4;
 
 /** A float holds at least this much (while the window has it), and at most a quarter of the allowance (at least 1). */
 const FLOAT_MIN = 2;
@@ -27,11 +31,33 @@ export class Floats {
     private readonly pool: CreditPool,
     private readonly issuer: Issuer,
     private readonly stats: FoldOwnerStats,
+    private readonly blankets: Blankets,
   ) {}
 
   /** Whether floats are on: `refillFloats` was called once. */
   get on(): boolean {
     return this.turnedOn;
+  }
+
+  /**
+   * An ask wanting `want` may draw on `l`'s float: it sizes the float's refills, puts `l` on the list,
+   * and a window with no float yet gets one of one credit if its shard's blanket covers it (`cover`).
+   */
+  asked(l: Ledger, want: number): void {
+    l.asks += want;
+    l.asked = true;
+    this.floatWanted.add(l);
+    this.cover(l);
+  }
+
+  /**
+   * Whether a node's report of `l` comes in the rounds before it starts: of a key the node will ask
+   * for there (too rare for a lease), the window gets a float before its first ask, not after it.
+   * This owner's own node too: its asks wait for their grant's log write like any other's.
+   */
+  aheadOf(l: Ledger, now: number): boolean {
+    const ahead = l.windowEnd - l.windowMs - now;
+    return !l.fixed && ahead > 0 && ahead <= AHEAD_FLOAT_ROUNDS * this.cfg.roundMs;
   }
 
   /** Puts `l` on the list of windows `refillFloats` tops up. */
@@ -96,9 +122,56 @@ export class Floats {
     return out;
   }
 
-  /** Grants whose log write came back in time: what they state is on record, floats' credit usable. */
-  logged(grants: readonly Grant[]): void {
+  /**
+   * The blankets to log now on the shards this owner serves (`Blankets.due`): none until floats are
+   * on, nor while a member may not count them (`FleetView.countsBlankets`).
+   */
+  blanketsDue(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[] {
+    const holder = this.cfg.floatHolder;
+    if (holder === undefined || !this.turnedOn) return [];
+    return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true);
+  }
+
+  /**
+   * A window with no float of this owner's yet, covered by its shard's taken blanket: a float of one
+   * credit, usable at once — the blanket is its grant on record (`lib/owner/blankets.ts`). So the
+   * window's first ask is answered without a log write. From the pool without the reserve.
+   */
+  private cover(l: Ledger): void {
+    const holder = this.cfg.floatHolder;
+    const epoch = this.cfg.ownerEpoch(l.shard);
+    if (holder === undefined || l.fixed || l.float?.lease.lease === epoch || !this.blankets.covers(l, epoch) || this.pool.available(l) < 1) return;
+    const f = this.floatOf(l, holder, l.shard);
+    // A float lease of this epoch already issued to (it cannot be, as `l.float` was not it): no blanket.
+    if (f.lease.issued !== 0) return;
+    f.lease.issued = 1;
+    f.onRecord = 1;
+    f.blanket = true;
+    this.stats.blanketFloats++;
+  }
+
+  /**
+   * The shard is given up cleanly (`Blankets.retire`): its blanket's retirement to log, if any. A
+   * float made under it is then on record only once a grant of it is: until its refill's write comes
+   * back (or, unrefilled, it is written again), it gives nothing — should this owner serve the shard
+   * again under the same owner epoch, a later owner would not count the retired blanket.
+   */
+  retireBlanket(shard: number): Blanket | undefined {
+    for (const l of this.ledgers.inShard(shard)) if (l.float?.blanket === true && l.float.onRecord <= 1) l.float.onRecord = 0;
+    return this.blankets.retire(shard);
+  }
+
+  /**
+   * Grants whose log write came back in time (`taken`): what they state is on record, floats' credit
+   * usable. Not taken, one with float credit (answered before its write) keeps its shard's blanket
+   * from being retired.
+   */
+  logged(grants: readonly Grant[], taken = true): void {
     for (const g of grants) {
+      if (!taken) {
+        if ((g.floated ?? 0) > 0) this.blankets.lost(this.cfg.shardOf(g.keyId, g.windowId), g.ownerEpoch);
+        continue;
+      }
       const found = this.granted(g);
       if (found === undefined || g.ownerEpoch !== this.cfg.ownerEpoch(found.l.shard)) continue;
       const { l, lease } = found;
@@ -136,7 +209,7 @@ export class Floats {
     const epoch = this.cfg.ownerEpoch(shard);
     if (l.float?.lease.lease !== epoch) {
       const lease = leaseFor(l, holder.nodeId, FLOAT_PREFIX + holder.nodeEpoch, epoch);
-      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0 };
+      l.float = { lease, base: lease.issued, onRecord: lease.issued, moved: 0, waited: 0, blanket: false };
     }
     return l.float;
   }

@@ -33,6 +33,13 @@ export function tally(l: Ledger): { direct: number; floats: number; floated: num
   return { direct, floats, floated };
 }
 
+/** Admissions merged from reports into a ledger, summed over its leases and node epochs (0 for none). */
+export function spentIn(l: Ledger | undefined): number {
+  let sum = 0;
+  for (const lease of l?.leases ?? []) sum += lease.spent;
+  return sum;
+}
+
 /** Over the ledgers of windows running at `nowMs` (ending after it): how many, credit committed, allowance. */
 export function runningTotals(ledgers: Iterable<Ledger>, nowMs: number): { ledgers: number; committed: number; allowance: number } {
   let n = 0;

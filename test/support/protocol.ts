@@ -35,6 +35,11 @@ export class FixedFleet implements FleetView {
   rejoining(nodeId: string): boolean {
     return this.rejoiningNodes.has(nodeId);
   }
+  /** Whether every member counts blankets: yes unless a test says otherwise. */
+  blanketsCounted = true;
+  countsBlankets(): boolean {
+    return this.blanketsCounted;
+  }
 }
 
 /** Owner settings with the spec's defaults, for tests. */

@@ -73,6 +73,12 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
   };
 }
 
+/** `m` as if a member of an older release were in its fleet: its owner side writes and uses no blankets. */
+export function withoutBlankets(m: Member): Member {
+  (m.bus as unknown as { fleet: { countsBlankets: () => boolean } }).fleet.countsBlankets = () => false;
+  return m;
+}
+
 /** Polls `check` every 10 ms until it holds; throws with `what` after `ms` (`waitFor`, positionally). */
 export function until(check: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
   return waitFor(check, { what, timeoutMs: ms });

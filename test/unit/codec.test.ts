@@ -53,6 +53,23 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     expect(codec.open(codec.seal('snapshot', { shard: 3, entries })).body).to.deep.equal({ shard: 3, entries });
   });
 
+  it('carries a blanket in a log entry of no grants and in a checkpoint, and a statement that blankets are counted', () => {
+    const blanket = { shard: 3, nodeId: 'node-1', nodeEpoch: 'e-1', ownerEpoch: 4, startsAfter: 1_700_000_000_000, startsBy: 1_700_000_002_000, retired: false };
+    const entry = codec.seal('grants', { shard: 3, grants: [], epoch: 4, blanket });
+    expect(codec.open(entry).body).to.deep.equal({ shard: 3, grants: [], epoch: 4, blanket });
+    const entries = [
+      { kind: 'grant' as const, grant },
+      { kind: 'blanket' as const, blanket },
+    ];
+    expect(codec.open(codec.seal('snapshot', { shard: 3, entries, epoch: 4 })).body).to.deep.equal({ shard: 3, entries, epoch: 4 });
+    const statement = { freshAt: 5, stale: [], selfGranted: [] };
+    expect(codec.open(codec.seal('beat', { nodeId: 'n', nodeEpoch: 'e', statement: { ...statement, blankets: true } })).body).to.deep.include({ statement: { ...statement, blankets: true } });
+    expect(codec.open(codec.seal('beat', { nodeId: 'n', nodeEpoch: 'e', statement })).body, 'an older release states nothing').to.deep.include({ statement });
+    const bad = JSON.parse(entry.b) as Record<string, unknown[]>;
+    bad.blanket![5] = -1;
+    rejects(resign(entry, bad), 'malformed', /blanket\.startsBy/);
+  });
+
   it('tolerates fields of a newer release: extra body keys, extra trailing record fields, extra envelope fields', () => {
     const f = codec.seal('reports', batch);
     const body = JSON.parse(f.b) as { reports: unknown[][] } & Record<string, unknown>;

@@ -84,6 +84,7 @@ function canonical(entries: readonly LogEntry[]): string[] {
     if (e.kind === 'grant') lines.push(JSON.stringify(['g', e.grant]));
     else if (e.kind === 'ended') lines.push(JSON.stringify(['e', e.windowMs, e.end]));
     else if (e.kind === 'unmarked') lines.push(JSON.stringify(['u', e.shard, e.by]));
+    else if (e.kind === 'blanket') lines.push(JSON.stringify(['b', e.blanket]));
     else for (const r of e.batch.reports) lines.push(JSON.stringify(['r', e.batch.shard, e.batch.nodeId, e.batch.nodeEpoch, { ...r, demand: undefined }]));
   }
   return lines.sort();
