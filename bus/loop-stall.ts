@@ -40,12 +40,18 @@ export class LoopStalls {
   }
 
   start(): this {
-    if (this.timer === undefined) this.arm(this.clock.monotonic());
+    if (this.timer === undefined) {
+      this.due = this.clock.monotonic() + TICK_MS;
+      // One repeating timer: node re-arms it from when each callback starts, as a new timeout set
+      // there would be, without a Timeout object (and its async id) made a hundred times a second.
+      this.timer = setInterval(() => this.tick(), TICK_MS);
+      this.timer.unref();
+    }
     return this;
   }
 
   stop(): void {
-    clearTimeout(this.timer);
+    clearInterval(this.timer);
     this.timer = undefined;
   }
 
@@ -70,12 +76,6 @@ export class LoopStalls {
     return Math.max(0, w);
   }
 
-  private arm(now: number): void {
-    this.due = now + TICK_MS;
-    this.timer = setTimeout(() => this.tick(), TICK_MS);
-    this.timer.unref();
-  }
-
   private tick(): void {
     const now = this.clock.monotonic();
     const late = now - this.due;
@@ -86,6 +86,6 @@ export class LoopStalls {
       this.ends[k] = now;
       this.stalledMs += late;
     }
-    this.arm(now);
+    this.due = now + TICK_MS;
   }
 }

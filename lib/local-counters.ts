@@ -2,7 +2,8 @@ import type { Clock } from './clock.js';
 import { CountSlab, SLOTS } from './count-slab.js';
 import { ADMITTED, type Acquired, type Denied, type Enforcer, type LeaseNodeStats, type QuotaSource, type WindowQuota } from './node-contract.js';
 import type { ResolvedLimits } from './policy.js';
-import { phaseOffset, windowEndMs, windowIdAt } from './window.js';
+import { fnv1a32 } from './hash.js';
+import { windowEndMs, windowIdAt } from './window.js';
 
 /**
  * The decision of a fleet of one: a count per key and window, in this process. With nobody to share
@@ -147,14 +148,17 @@ export class LocalCounters implements Enforcer, QuotaSource {
     const c = this.slab.counts; // read after alloc, which may have grown the slab
     const before = previous === undefined ? undefined : this.slab.limitsAt(previous).windows;
     const windows = limits.windows;
+    // phaseOffset(keyId, windowMs) for every window, with the key id hashed once.
+    let hash = -1;
     for (let i = 0, k = s * SLOTS; i < windows.length; i++, k += SLOTS) {
       const windowMs = windows[i]!.windowMs;
       const j = before === undefined ? -1 : before.findIndex((p) => p.windowMs === windowMs);
       if (j >= 0) {
         c.copyWithin(k, (previous! + j) * SLOTS, (previous! + j + 1) * SLOTS);
       } else {
+        if (hash < 0) hash = fnv1a32(keyId);
         c[k] = -1; // rolled into the running window at once
-        c[k + 1] = phaseOffset(keyId, windowMs);
+        c[k + 1] = hash % windowMs;
         c[k + 2] = 0;
       }
     }
