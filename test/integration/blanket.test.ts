@@ -71,14 +71,19 @@ const ask = (keyId: string, windowId: number, windowMs: number, limit: number): 
 describe('Blankets over real Redis: a window’s first ask answered before its log write', function () {
   this.timeout(30_000);
   const ctx = fleetSuite('bl');
-
-  it('in a fleet of one, the first sight of a key never seen is admitted at once however slow the log, and its grant is logged after', async () => {
+  /** Member `a`, alone; a key of its whose current window started in its time; its blanket on record. */
+  const alone = async (salt: string, W: number): Promise<{ a: Member; keyId: string; shard: number; windowId: number }> => {
     const a = ctx.join('a');
     await a.bus.ready();
-    const W = 1000;
-    const keyId = await keyInItsTime(a, 'first', W);
-    const { shard } = placeOf(keyId, W);
+    const keyId = await keyInItsTime(a, salt, W);
+    const { shard, windowId } = placeOf(keyId, W);
     await blanketTaken(a, shard);
+    return { a, keyId, shard, windowId };
+  };
+
+  it('in a fleet of one, the first sight of a key never seen is admitted at once however slow the log, and its grant is logged after', async () => {
+    const W = 1000;
+    const { a, keyId, shard } = await alone('first', W);
     const log = logOf(a);
     const append = log.appendGrants.bind(log);
     // Every log write of a's from now on takes a second: an answer that waited for one would miss.
@@ -105,12 +110,8 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
   });
 
   it('an owner that answered from a blanket and died before the answer’s log write: its successor counts that credit', async () => {
-    const a = ctx.join('a');
-    await a.bus.ready();
     const W = 60_000;
-    const keyId = await keyInItsTime(a, 'dies', W);
-    const { shard, windowId } = placeOf(keyId, W);
-    await blanketTaken(a, shard);
+    const { a, keyId, shard, windowId } = await alone('dies', W);
     // a stops its rounds (no checkpoint after this) and every log write of its is held: it has died
     // but for answering one ask while its lease runs.
     a.rounds(false);
@@ -125,21 +126,7 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
       expect(a.node.acquire(keyId, limits(5)), 'answered from the blanket').to.deep.equal({ admitted: true });
       const b = ctx.join('b');
       await until(() => b.bus.ownedShards().includes(shard) && b.node.silenceMs(shard) === 0, 'b to take a’s shard over', 10_000);
-      const g = b.owner.onCreditRequest({
-        keyId,
-        windowId,
-        windowMs: W,
-        limit: 5,
-        nodeId: 'x',
-        nodeEpoch: 'x-e1',
-        lease: 1,
-        spent: 0,
-        selfIssued: 0,
-        released: 0,
-        need: 5,
-        demand: 0,
-        fastPath: false,
-      });
+      const g = b.owner.onCreditRequest(ask(keyId, windowId, W, 5));
       expect(g?.issued ?? 0).to.be.at.most(4);
       expect(b.owner.committed(keyId, W, windowId) - b.owner.issued(keyId, W, windowId), 'a’s blanket credit, counted though its grant never reached the log').to.equal(1);
       expect(b.owner.committed(keyId, W, windowId)).to.be.at.most(5);
@@ -149,12 +136,8 @@ describe('Blankets over real Redis: a window’s first ask answered before its l
   });
 
   it('an owner that leaves cleanly retires its blankets: a window that started in its time costs its successor nothing', async () => {
-    const a = ctx.join('a');
-    await a.bus.ready();
     const W = 60_000;
-    const keyId = await keyInItsTime(a, 'leaves', W);
-    const { shard, windowId } = placeOf(keyId, W);
-    await blanketTaken(a, shard);
+    const { a, keyId, shard, windowId } = await alone('leaves', W);
     const b = ctx.join('b');
     await b.bus.ready();
     await a.stop();
