@@ -67,17 +67,14 @@ export class ShardLog {
    * A blanket onto its shard's log, as an entry of no grants (`lib/owner/blankets.ts`); the owner hears
    * whether the write was taken: only then may the windows it covers use it.
    */
-  logBlanket(b: Blanket): Promise<boolean> {
+  logBlanket(b: Blanket): void {
     const { ctx } = this;
     // Checkpointed at least once a minute (which trims what it covers), however idle the shard.
     const o = ctx.owned.get(b.shard);
     if (o !== undefined && ctx.clock.monotonic() - o.snapshotAt >= BLANKET_CHECKPOINT_MS) o.dirty = true;
-    const write = this.appendGrants(b.shard, ctx.codec.seal('grants', { shard: b.shard, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, ctx.redis);
+    const write = this.appendBlanket(b);
     this.track(b.shard, write);
-    return write.then((taken) => {
-      ctx.owner()?.blanketLogged?.(b, taken);
-      return taken;
-    });
+    void write.then((taken) => ctx.owner()?.blanketLogged?.(b, taken));
   }
 
   /**
@@ -89,9 +86,14 @@ export class ShardLog {
     const writes: Array<Promise<boolean>> = [];
     for (const s of shards) {
       const b = ctx.owner()?.retireBlanket?.(s);
-      if (b !== undefined) writes.push(this.appendGrants(s, ctx.codec.seal('grants', { shard: s, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, ctx.redis));
+      if (b !== undefined) writes.push(this.appendBlanket(b));
     }
     return Promise.allSettled(writes);
+  }
+
+  /** A blanket as an entry of no grants on its shard's log, behind the fence, on the main connection. */
+  private appendBlanket(b: Blanket): Promise<boolean> {
+    return this.appendGrants(b.shard, this.ctx.codec.seal('grants', { shard: b.shard, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, this.ctx.redis);
   }
 
   /** Counts a log write in its shard's writes in flight: on two connections, a later one may finish first. */

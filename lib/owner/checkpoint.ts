@@ -74,9 +74,9 @@ function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedM
 /**
  * A checkpoint of the ledgers of one shard as log entries (a grant and a report per lease), the
  * ended marks and the blankets: what a later owner replays instead of the whole log behind it.
- * `replayLog` of it restores them. A ledger dropped before the checkpoint is covered by a mark, one dropped after is in
- * it, so the log the checkpoint trims never loses a window's record without saying it ended. It
- * visits that shard's ledgers only (`LedgerStore.inShard`).
+ * `replayLog` of it restores them. A ledger dropped before the checkpoint is covered by a mark, one
+ * dropped after is in it, so the log the checkpoint trims never loses a window's record without
+ * saying it ended. It visits that shard's ledgers only (`LedgerStore.inShard`).
  */
 export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: EndedMarks, blankets: Blankets, shard: number): LogEntry[] {
   const entries: LogEntry[] = [...marks.entries(shard), ...blankets.entries(shard)];
