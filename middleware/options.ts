@@ -94,7 +94,8 @@ export interface RateLimiterOptions {
   onLimited?: OnLimited;
   /**
    * Property of `req` that receives the caller's own quota (`RateLimitInfo`) for the route handler;
-   * `false` sets none. @default 'rateLimit'
+   * `false` sets none. Offered by an accessor on the request's prototype, not as its own property
+   * (see `RequestProperty`). @default 'rateLimit'
    */
   requestPropertyName?: string | false;
   /**
@@ -187,7 +188,12 @@ const schema = Joi.object({
   ipv6Prefix: Joi.number().integer().min(32).max(128).default(56),
   skip: Joi.func(),
   onLimited: Joi.func().maxArity(4),
-  requestPropertyName: Joi.alternatives(Joi.string().pattern(/^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/), Joi.valid(false)).default('rateLimit'),
+  requestPropertyName: Joi.alternatives(
+    Joi.string()
+      .pattern(/^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/)
+      .invalid('__proto__', 'constructor'),
+    Joi.valid(false),
+  ).default('rateLimit'),
   registry: Joi.object().custom((v: { registerMetric?: unknown; getSingleMetric?: unknown }) => {
     // Duck-typed: the app's prom-client may be another copy than ours.
     if (typeof v.registerMetric !== 'function' || typeof v.getSingleMetric !== 'function') throw new Error('must be a prom-client Registry');

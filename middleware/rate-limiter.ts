@@ -16,6 +16,7 @@ import { parseOptions, type RateLimiterOptions } from './options.js';
 import { Runtime } from './runtime.js';
 import { LimiterMetrics } from './metrics.js';
 import { correlationIdOf, denialHeaders, sendProblem } from './responses.js';
+import { RequestProperty } from './request-property.js';
 import type { LimiterStats, RateLimiterMiddleware } from './types.js';
 
 export type { LimiterStats, RateLimiterMiddleware } from './types.js';
@@ -66,7 +67,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
 
   const fixedClass = cfg.routeClass;
   const routeClassOf: (req: Request) => string = typeof fixedClass === 'string' ? () => fixedClass : fixedClass;
-  const property = cfg.requestPropertyName;
+  const property = cfg.requestPropertyName === false ? undefined : RequestProperty.named(cfg.requestPropertyName);
 
   function limit(req: Request, res: Response, next: NextFunction): void {
     if (!enforcing) {
@@ -129,7 +130,7 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
         stats.admitted++;
         if (limits.beside !== undefined) dualRun(req, keyId, limits.beside, routeClass);
         if (policy.doc.capacity !== undefined) capacity.record(caller.tenant);
-        if (property !== false) (req as unknown as Record<string, unknown>)[property] = quota.view(keyId, limits);
+        property?.set(req, quota.view(keyId, limits));
         next();
         return;
       }
@@ -196,8 +197,8 @@ export function rateLimiter(options: RateLimiterOptions): RateLimiterMiddleware 
     recordRefusal(keyId, caller.limits, result.window, 'quota', routeClass, correlationId);
     const retry = retryHeaders(result.retryAfterMs, cfg.subSecondRetryAfter);
     const send = (): void => sendProblem(res, Catalog.quotaExceeded, correlationId, result.window, retry);
-    const info = property !== false || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;
-    if (property !== false) (req as unknown as Record<string, unknown>)[property] = info;
+    const info = property !== undefined || cfg.onLimited !== undefined ? quota.limited(keyId, caller.limits, result) : undefined;
+    property?.set(req, info);
     if (cfg.onLimited === undefined) return send();
     denialHeaders(res, Catalog.quotaExceeded, correlationId, retry);
     callOnLimited(cfg.onLimited, req, res, next, { ...info!, retryAfterMs: result.retryAfterMs, correlationId }, send, logger);
