@@ -95,7 +95,7 @@ export interface RateLimiterOptions {
   /**
    * Property of `req` that receives the caller's own quota (`RateLimitInfo`) for the route handler;
    * `false` sets none. Offered by an accessor on the request's prototype, not as its own property
-   * (see `RequestProperty`). @default 'rateLimit'
+   * (see the README). @default 'rateLimit'
    */
   requestPropertyName?: string | false;
   /**

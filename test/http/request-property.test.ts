@@ -24,7 +24,7 @@ function limiter(requestPropertyName?: string): RateLimiterMiddleware {
   return l;
 }
 
-const own = (req: Request, name: string): unknown => (req as unknown as Record<string, unknown>)[name];
+const read = (req: Request, name: string): unknown => (req as unknown as Record<string, unknown>)[name];
 
 describe('req.rateLimit: an accessor on the app’s request prototype', () => {
   afterEach(async () => {
@@ -48,6 +48,18 @@ describe('req.rateLimit: an accessor on the app’s request prototype', () => {
     expect(Object.hasOwn(IncomingMessage.prototype, 'rateLimit')).to.equal(false);
   });
 
+  it('a read through an object made from the request, or of a default set on an app’s prototype, finds the nearest value', async () => {
+    const app = express()
+      .use(limiter('nearQuota'))
+      .use((req, res) => res.json({ derived: (read(Object.create(req) as Request, 'nearQuota') as RateLimitInfo).remaining }));
+    expect((await request(app).get('/x').expect(200)).body).to.deep.equal({ derived: 9 });
+    const unlimited = () => express().use((req, res) => res.json({ seen: read(req, 'nearQuota') ?? null }));
+    const withDefault = unlimited();
+    (withDefault.request as unknown as Record<string, unknown>).nearQuota = 'app default';
+    expect((await request(withDefault).get('/x').expect(200)).body).to.deep.equal({ seen: 'app default' });
+    expect((await request(unlimited()).get('/x').expect(200)).body).to.deep.equal({ seen: null });
+  });
+
   it('a handler in a mounted sub-app reads the quota set by a limiter in its parent', async () => {
     const sub = express().get('/x', (req, res) => res.json({ remaining: (req.rateLimit as RateLimitInfo | undefined)?.remaining ?? null }));
     const app = express().use(limiter()).use('/sub', sub);
@@ -58,14 +70,14 @@ describe('req.rateLimit: an accessor on the app’s request prototype', () => {
     const api = express().use(limiter('subQuota'));
     const app = express()
       .use('/api', api)
-      .use((req, res) => res.json({ remaining: (own(req, 'subQuota') as RateLimitInfo | undefined)?.remaining ?? null, own: Object.hasOwn(req, 'subQuota') }));
+      .use((req, res) => res.json({ remaining: (read(req, 'subQuota') as RateLimitInfo | undefined)?.remaining ?? null, own: Object.hasOwn(req, 'subQuota') }));
     expect((await request(app).get('/api/x').expect(200)).body).to.deep.equal({ remaining: 9, own: false });
   });
 
   it('a name the prototype chain already has is assigned on the request, as before', async () => {
     const app = express();
     Object.defineProperty(app.request, 'quotaSeen', { value: 'default', writable: true, configurable: true });
-    app.use(limiter('quotaSeen')).use((req, res) => res.json({ own: Object.hasOwn(req, 'quotaSeen'), remaining: (own(req, 'quotaSeen') as RateLimitInfo).remaining }));
+    app.use(limiter('quotaSeen')).use((req, res) => res.json({ own: Object.hasOwn(req, 'quotaSeen'), remaining: (read(req, 'quotaSeen') as RateLimitInfo).remaining }));
     expect((await request(app).get('/x').expect(200)).body).to.deep.equal({ own: true, remaining: 9 });
     expect(Object.getOwnPropertyDescriptor(app.request, 'quotaSeen')!.value).to.equal('default');
   });
