@@ -42,13 +42,7 @@ export class RequestProperty {
     const values = this.#values;
     this.#accessor = {
       get(this: object): unknown {
-        // Read through another object (`Object.create(req)`, a proxy) or a default assigned to a
-        // prototype: the nearest object on the chain that holds a value.
-        for (let o: object | null = this; o !== null; o = Object.getPrototypeOf(o) as object | null) {
-          const v = values.get(o);
-          if (v !== undefined || values.has(o)) return v;
-        }
-        return undefined;
+        return nearest(values, this);
       },
       set(this: object, value: unknown): void {
         values.set(this, value);
@@ -95,4 +89,16 @@ export class RequestProperty {
     Object.defineProperty(target, this.name, this.#accessor);
     return true;
   }
+}
+
+/**
+ * The value held for `receiver`, else for the nearest object on its prototype chain: a read through
+ * another object (`Object.create(req)`, a proxy) or of a default assigned to an app's prototype.
+ */
+function nearest(values: WeakMap<object, unknown>, receiver: object): unknown {
+  for (let o: object | null = receiver; o !== null; o = Object.getPrototypeOf(o) as object | null) {
+    const v = values.get(o);
+    if (v !== undefined || values.has(o)) return v;
+  }
+  return undefined;
 }
