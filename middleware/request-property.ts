@@ -2,15 +2,15 @@
  * Sets `req[name]` (`req.rateLimit` by default) without adding a property to the request.
  *
  * Express 5 gives each request its app's `request` object as prototype. From then on V8 shares no
- * hidden class between requests: each property added to one builds a class of its own, a copy of the
- * request's descriptor list (about 19,000 instructions, 3 % of a bare Express request, against 5,000
- * for a WeakMap entry). So the value
- * is kept in a WeakMap keyed by the request, and `name` is an accessor (get and set) on the request's
- * prototype chain, defined the first time a request with that prototype is seen. Reading, assigning and
- * `name in req` behave as for a property, except that `name in req` is true on every request of the
- * process's Express once one was decided (undefined where none was set); `Object.keys(req)` and
- * `Object.hasOwn(req, name)` do not list it. A request handed to another copy of Express's
- * `app.handle` directly (not mounted) gets that copy's prototypes, where the accessor is not.
+ * hidden class between requests: each property added to one builds a class of its own, a copy of
+ * the request's descriptor list (about 19,000 instructions, 3 % of a bare Express request, against
+ * 5,000 for a WeakMap entry). So the value is kept in a WeakMap keyed by the request, and `name` is
+ * an accessor (get and set) on the request's prototype chain, defined the first time a request with
+ * that prototype is seen. Reading, assigning and `name in req` behave as for a property, except
+ * that `name in req` is true on every request of the process's Express once one was decided
+ * (undefined where none was set); `Object.keys(req)` and `Object.hasOwn(req, name)` do not list it.
+ * A request handed to another copy of Express's `app.handle` directly (not mounted) gets that
+ * copy's prototypes, where the accessor is not.
  *
  * Where the prototype cannot take the accessor, the value is assigned as before:
  * - a request whose prototype is a class's own (one with its own `constructor`): Node's

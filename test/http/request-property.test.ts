@@ -26,7 +26,7 @@ function limiter(requestPropertyName?: string): RateLimiterMiddleware {
 
 const read = (req: Request, name: string): unknown => (req as unknown as Record<string, unknown>)[name];
 
-describe('req.rateLimit: an accessor on the app’s request prototype', () => {
+describe('req.rateLimit: an accessor on express.request, values per request', () => {
   afterEach(async () => {
     await Promise.all(opened.splice(0).map((l) => l.close()));
   });
