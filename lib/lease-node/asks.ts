@@ -100,7 +100,7 @@ export abstract class NodeAsks extends NodeMessages {
         selfIssued: b.selfIssued,
         released: b.released,
         need: cost - b.credit,
-        demand: this.demandOf(b),
+        demand: this.demandOf(b, w.limit),
         fastPath: true,
         ...(subject.limits.fixedShare ? { fixedShare: true } : {}),
       });

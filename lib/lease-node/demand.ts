@@ -10,6 +10,23 @@ import { NodeState } from './state.js';
 const UNRELIABLE_256 = 26;
 /** Most requests' worth a key seen rarely on a node asks for while the fast path is unreliable. */
 const HEDGE_MAX = 3;
+/**
+ * Below this smoothed rate a quiet bucket drops out of the reports: 1/256 request a round, about a
+ * second after a request; under a plentiful plan 1/4096, about two seconds (`fadeRate`).
+ */
+const MIN_RATE = RATE_ONE / 256;
+const MIN_RATE_PLENTIFUL = RATE_ONE / 4096;
+/**
+ * A plan allowing at least this many requests per window for each live node is plentiful: what a
+ * node may strand there is at most 1/PLENTIFUL of its share, so a key seen rarely holds a lease.
+ */
+export const PLENTIFUL = 512;
+/**
+ * Requests' worth a key seen lately asks for at least under a plentiful plan. A constant, not a
+ * multiple of its rate: the rate of a key seen every few dozen rounds swings tenfold between two
+ * requests, and a lease sized from it would be topped up and given back in turn.
+ */
+export const STANDING = 4;
 
 /**
  * The demand a node advertises for a bucket (what it expects to spend over the next rounds, from its
@@ -24,17 +41,42 @@ export abstract class NodeDemand extends NodeState {
   /**
    * Requests this bucket expects over the next `demandRounds`, from its smoothed rate. A key this node
    * sees less than about once a round asks for what each request needs and holds no lease here
-   * (`lib/lease-size.ts`); a busy key new to this node asks per request until its rate shows.
+   * (`lib/lease-size.ts`), unless its plan is plentiful; a busy key new to this node asks per
+   * request until its rate shows.
    */
-  protected demandOf(b: Bucket): number {
-    const demand = (b.rate / RATE_ONE) * this.cfg.demandRounds;
-    if (b.rate === 0 || this.missed256 <= UNRELIABLE_256) return demand;
+  protected demandOf(b: Bucket, limit: number): number {
+    const perRound = b.rate / RATE_ONE;
+    let demand = perRound * this.cfg.demandRounds;
+    if (b.rate === 0) return demand;
+    // Under a plentiful plan a key this node served lately asks for STANDING requests at least (at
+    // most its stranding budget, limit / (PLENTIFUL × fleet)): its requests, the first of the next
+    // window's included (asked ahead), find credit here instead of each asking an owner across the
+    // network with a hard deadline. What may strand is bounded by that budget, and the owner's room
+    // rule and recalls still govern a window's tail. A bucket fading out of the reports gives it
+    // back first (its rate is below `fadeRate` here a round before `endRound` drops it).
+    const budget = this.standingBudget(limit);
+    if (budget >= 1 && b.rate >= MIN_RATE_PLENTIFUL) demand = Math.max(demand, Math.min(budget, STANDING));
+    if (this.missed256 <= UNRELIABLE_256) return demand;
     // While remote asks often miss their deadline (a busy host, a slow bus), a key this node served
     // lately asks for what its rate says it will spend by the window's end — at least one request,
     // at most HEDGE_MAX, below a busy lease so the owner's room bounds it — instead of asking per
     // request: a little credit may strand rather than most such requests being refused.
-    const untilEnd = ((b.rate / RATE_ONE) * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
+    const untilEnd = (perRound * Math.max(0, b.windowEnd - this.clock.now())) / this.cfg.roundMs;
     return Math.max(demand, Math.min(HEDGE_MAX, Math.max(1, untilEnd)));
+  }
+
+  /** Requests' worth a node may strand of a window of `limit`: limit / (PLENTIFUL × fleet); plentiful from 1. */
+  private standingBudget(limit: number): number {
+    return Math.floor(limit / (PLENTIFUL * Math.max(1, this.link.fleetSize())));
+  }
+
+  /**
+   * The smoothed rate below which a quiet bucket of a window of `limit` drops out of the reports.
+   * Under a plentiful plan a key seen every second or two keeps its standing lease between requests
+   * (one request's trace fades below 1/4096 over about 86 rounds, below 1/256 over 43).
+   */
+  protected fadeRate(limit: number): number {
+    return this.standingBudget(limit) >= 1 ? MIN_RATE_PLENTIFUL : MIN_RATE;
   }
 
   /** A remote ask answered by its deadline: the share of misses moves a sixteenth of the way to none. */
@@ -52,9 +94,9 @@ export abstract class NodeDemand extends NodeState {
    * (`lib/lease-size.ts`) gives its demand now, down to that. The owner sees the release in this
    * round's report and can issue it where requests are.
    */
-  protected shed(b: Bucket, now: number): void {
+  protected shed(b: Bucket, limit: number, now: number): void {
     if (b.credit <= 0) return;
-    const keep = leaseTarget(this.demandOf(b), (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
+    const keep = leaseTarget(this.demandOf(b, limit), (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
     if (b.credit > 2 * keep) {
       b.released += b.credit - keep;
       b.dirty = true;

@@ -72,7 +72,7 @@ export abstract class NodeReports extends NodeDemand {
       issued: next ? b.nextIssued : 0,
       selfIssued: 0,
       released: 0,
-      demand: this.demandOf(b),
+      demand: this.demandOf(b, limit),
       held: next ? b.nextIssued : 0,
       selfGrant: false,
     };
@@ -81,6 +81,7 @@ export abstract class NodeReports extends NodeDemand {
 
   /** The report of the bucket's current window: its cumulative counts and the demand it advertises. */
   protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
+    b.reportedDemand = this.demandOf(b, limit);
     const r: Report = {
       keyId,
       windowId: b.windowId,
@@ -92,7 +93,7 @@ export abstract class NodeReports extends NodeDemand {
       issued: b.issued,
       selfIssued: b.selfIssued,
       released: b.released,
-      demand: this.demandOf(b),
+      demand: b.reportedDemand,
       held: Math.max(0, b.credit),
       selfGrant: b.selfIssued > 0,
       seen: b.seen,

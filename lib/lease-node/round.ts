@@ -5,8 +5,6 @@ import { windowIdAt } from '../window.js';
 import { NodeAsks } from './asks.js';
 import { AHEAD_ROUNDS } from './boundary.js';
 
-/** Below this smoothed rate (1/256 request per round) a quiet bucket drops out of the reports. */
-const MIN_RATE = RATE_ONE / 256;
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
 
@@ -88,17 +86,19 @@ export abstract class NodeRound extends NodeAsks {
         // What it gives back is reported this round, even by a bucket that saw no request. Not right
         // after a request was told to retry in a round: a late answer's credit is kept for the retry.
         // A fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).
-        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, now);
+        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
         // one's rate is forgotten, or what is left of it would outlive its key's traffic here.
-        const faded = idle && b.rate < MIN_RATE && b.selfIssued === 0;
+        const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0;
         if (faded) b.rate = 0;
         if (faded || b.windowEnd <= now) continue;
         keep = true;
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
-        // every IDLE_REPORT_ROUNDS rounds; one carrying a self-grant every round (F4).
-        if (!idle || b.selfIssued > 0 || this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) {
+        // every IDLE_REPORT_ROUNDS rounds, while its demand moves (a standing lease's does not: its
+        // report would say nothing new); one carrying a self-grant every round (F4).
+        const news = idle && (this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && this.demandOf(b, w.limit) !== b.reportedDemand;
+        if (!idle || b.selfIssued > 0 || news) {
           this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
           if (!idle) b.reportedRound = this.roundNo;
         }

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
+import { PLENTIFUL, STANDING } from '../../lib/lease-node/demand.js';
 import { compilePolicy } from '../../lib/policy.js';
 import { shardOf, type CreditRequest, type OwnerMessage } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
@@ -535,7 +536,7 @@ describe('lease node: the decision path', () => {
      * before its window ends and quiet rounds to the window's last: its reports for this window and
      * the next.
      */
-    async function requestThenQuiet(misses: number): Promise<{ current: number[]; next: number[] }> {
+    async function requestThenQuiet(misses: number, limits = minute): Promise<{ current: number[]; next: number[] }> {
       const clock = new FakeClock(1_800_000_000_000);
       const end = windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off);
       clock.set(end - 590 - 25 * misses);
@@ -543,11 +544,11 @@ describe('lease node: the decision path', () => {
       const link = new RecordingLink((reqs) => Promise.resolve(asks++ < misses ? undefined : reqs.map((r) => grantFor(r, 1, 1))));
       const node = makeNode(link, clock);
       for (let i = 0; i < misses; i++) {
-        await node.acquire(OTHER, minute);
+        await node.acquire(OTHER, limits);
         node.endRound();
         clock.advance(25);
       }
-      expect(await node.acquire(KEY, minute)).to.deep.equal({ admitted: true });
+      expect(await node.acquire(KEY, limits)).to.deep.equal({ admitted: true });
       const current: number[] = [];
       const next: number[] = [];
       // Its last two rounds fall in the window's last 50 ms, when a node asks ahead.
@@ -576,6 +577,52 @@ describe('lease node: the decision path', () => {
         expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
       });
     }
+
+    /** One 60 s window of `limit`. */
+    const perMinute = (limit: number) =>
+      compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+
+    // The recording link's fleet is 4 nodes: plentiful from PLENTIFUL × 4 a window.
+    for (const [limit, demand] of [
+      [PLENTIFUL * 4 * STANDING, STANDING],
+      [PLENTIFUL * 4 * 100, STANDING],
+      [PLENTIFUL * 4 * 2, 2],
+      [PLENTIFUL * 4, 1],
+    ] as const) {
+      it(`under a plan of ${limit} (plentiful for 4 nodes), it asks for ${demand} request(s) in its window and ahead: a standing lease`, async () => {
+        const { current, next } = await requestThenQuiet(0, perMinute(limit));
+        // Reported in its request's round; quiet rounds would say the same demand again, so not then.
+        expect(current).to.have.length(1);
+        expect(next).to.have.length(2);
+        expect([...current, ...next].every((d) => d === demand)).to.equal(true);
+      });
+    }
+
+    it('under a plan just short of plentiful, its demand stays below a request', async () => {
+      const { current, next } = await requestThenQuiet(0, perMinute(PLENTIFUL * 4 - 1));
+      expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
+    });
+
+    it('keeps a standing lease through quiet rounds, and gives it back once its demand has faded', async () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
+      const node = makeNode(link, clock);
+      const limits = perMinute(PLENTIFUL * 4 * STANDING);
+      await node.acquire(KEY, limits); // granted 1, spent it
+      node.applyGrant({ ...grantFor(link.requests[0]![0]!, 1 + 2 * STANDING, 2) }); // a top-up to its lease
+      const b = node.buckets.peek(KEY)!.buckets[0]!;
+      // 1.5 s on (a key seen every 1.5 s here): a request's trace has not faded below 1/4096 a round.
+      for (let i = 0; i < 60; i++) {
+        node.endRound();
+        clock.advance(25);
+      }
+      expect([b.credit, b.released]).to.deep.equal([2 * STANDING, 0]);
+      for (let i = 0; i < 60; i++) {
+        node.endRound();
+        clock.advance(25);
+      }
+      expect(b.released).to.equal(2 * STANDING);
+    });
 
     it('is forgotten once its demand has faded: a later unreliable spell does not hedge it', async () => {
       const clock = new FakeClock(1_800_000_000_000);
