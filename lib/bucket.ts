@@ -53,7 +53,7 @@ export class Bucket {
   rate = 0;
   /** Last round in which the bucket was reported with requests. */
   reportedRound = -1;
-  /** The demand its last report advertised: a quiet bucket whose demand stays there says nothing new. */
+  /** The demand its last report advertised (`demandMark`): a quiet bucket whose demand stays there says nothing new. */
   reportedDemand = -1;
   /** No remote fast path before the round after this one (an ask unanswered or answered with nothing, D2). */
   fastRound = -1;

@@ -29,6 +29,14 @@ export const PLENTIFUL = 512;
 export const STANDING = 4;
 
 /**
+ * A demand as a bucket keeps it to compare (`Bucket.reportedDemand`): in 1/1024 of a request, a small
+ * integer, so the bucket holds no boxed number.
+ */
+export function demandMark(demand: number): number {
+  return Math.min(0x3fffffff, Math.round(demand * 1024));
+}
+
+/**
  * The demand a node advertises for a bucket (what it expects to spend over the next rounds, from its
  * smoothed rate), and the credit it gives back: above what the lease-size rule allows that demand
  * (L1), or above what a lowered limit still allows. Tracks how often remote asks miss their deadline:

@@ -1,7 +1,7 @@
 import type { Bucket } from '../bucket.js';
 import type { Subject } from '../bucket-map.js';
 import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
-import { NodeDemand } from './demand.js';
+import { demandMark, NodeDemand } from './demand.js';
 
 /**
  * What a node tells the owners of its shards: per bucket a report of its cumulative counts and the
@@ -81,7 +81,8 @@ export abstract class NodeReports extends NodeDemand {
 
   /** The report of the bucket's current window: its cumulative counts and the demand it advertises. */
   protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
-    b.reportedDemand = this.demandOf(b, limit);
+    const demand = this.demandOf(b, limit);
+    b.reportedDemand = demandMark(demand);
     const r: Report = {
       keyId,
       windowId: b.windowId,
@@ -93,7 +94,7 @@ export abstract class NodeReports extends NodeDemand {
       issued: b.issued,
       selfIssued: b.selfIssued,
       released: b.released,
-      demand: b.reportedDemand,
+      demand,
       held: Math.max(0, b.credit),
       selfGrant: b.selfIssued > 0,
       seen: b.seen,

@@ -4,6 +4,7 @@ import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js'
 import { windowIdAt } from '../window.js';
 import { NodeAsks } from './asks.js';
 import { AHEAD_ROUNDS } from './boundary.js';
+import { demandMark } from './demand.js';
 
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
@@ -97,7 +98,7 @@ export abstract class NodeRound extends NodeAsks {
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds, while its demand moves (a standing lease's does not: its
         // report would say nothing new); one carrying a self-grant every round (F4).
-        const news = idle && (this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && this.demandOf(b, w.limit) !== b.reportedDemand;
+        const news = idle && (this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(this.demandOf(b, w.limit)) !== b.reportedDemand;
         if (!idle || b.selfIssued > 0 || news) {
           this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
           if (!idle) b.reportedRound = this.roundNo;
