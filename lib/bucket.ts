@@ -114,6 +114,8 @@ export class Bucket {
     this.exhaustedSeq = 0;
     this.lateUnsure = false;
     this.seen = 0;
+    // Its last report went to the past window's owner.
+    this.reportedDemand = -1;
   }
 
   /** Whether the bucket could be dropped without losing usable credit. */

@@ -143,6 +143,10 @@ export abstract class NodeAsks extends NodeMessages {
   private recheck(subject: Subject, cost: number): Acquired {
     const now = this.clock.now();
     for (const b of subject.buckets) if (!usable(b, cost, now)) return this.deny(subject, cost, 'refused');
+    // Reported even if the answer came after the round that counted the request: a quiet round
+    // whose demand did not move reports nothing else (`endRound`).
+    for (const b of subject.buckets) b.dirty = true;
+    this.touch(subject);
     return this.take(subject, cost);
   }
 

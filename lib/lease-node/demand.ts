@@ -22,11 +22,12 @@ const MIN_RATE_PLENTIFUL = RATE_ONE / 4096;
  */
 export const PLENTIFUL = 512;
 /**
- * Requests' worth a key seen lately asks for at least under a plentiful plan. A constant, not a
- * multiple of its rate: the rate of a key seen every few dozen rounds swings tenfold between two
- * requests, and a lease sized from it would be topped up and given back in turn.
+ * Requests' worth a key seen lately asks for at least under a plentiful plan: a lease of 3 to 9,
+ * below a busy lease (`BUSY` in `lib/owner/sizing.ts`), so the owner's room bounds its top-ups. A
+ * constant, not a multiple of its rate: the rate of a key seen every few dozen rounds swings
+ * tenfold between two requests, and a lease sized from it would be topped up and given back in turn.
  */
-export const STANDING = 4;
+export const STANDING = 3;
 
 /**
  * A demand as a bucket keeps it to compare (`Bucket.reportedDemand`): in 1/1024 of a request, a small
@@ -59,9 +60,10 @@ export abstract class NodeDemand extends NodeState {
     // Under a plentiful plan a key this node served lately asks for STANDING requests at least (at
     // most its stranding budget, limit / (PLENTIFUL × fleet)): its requests, the first of the next
     // window's included (asked ahead), find credit here instead of each asking an owner across the
-    // network with a hard deadline. What may strand is bounded by that budget, and the owner's room
-    // rule and recalls still govern a window's tail. A bucket fading out of the reports gives it
-    // back first (its rate is below `fadeRate` here a round before `endRound` drops it).
+    // network with a hard deadline. What may strand is a lease of up to 2.5 × that budget + 1, under
+    // 1 % of the allowance over the fleet; the owner's room rule still bounds top-ups at a window's
+    // tail, and a recall leaves 2. A bucket fading out of the reports gives it back first (its rate
+    // is below `fadeRate` here a round before `endRound` drops it).
     const budget = this.standingBudget(limit);
     if (budget >= 1 && b.rate >= MIN_RATE_PLENTIFUL) demand = Math.max(demand, Math.min(budget, STANDING));
     if (this.missed256 <= UNRELIABLE_256) return demand;

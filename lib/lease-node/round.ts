@@ -90,8 +90,9 @@ export abstract class NodeRound extends NodeAsks {
         if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
-        // one's rate is forgotten, or what is left of it would outlive its key's traffic here.
-        const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0;
+        // one's rate is forgotten, or what is left of it would outlive its key's traffic here. Not
+        // while it holds credit granted ahead: that is rolled in, given back and reported first.
+        const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0 && b.nextIssued === 0;
         if (faded) b.rate = 0;
         if (faded || b.windowEnd <= now) continue;
         keep = true;

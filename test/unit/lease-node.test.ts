@@ -624,6 +624,64 @@ describe('lease node: the decision path', () => {
       expect(b.released).to.equal(2 * STANDING);
     });
 
+    it('reports a spend whose ask was answered after the round that counted its request', async () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      let release: (() => void) | undefined;
+      const link = new RecordingLink((reqs) => new Promise((resolve) => (release = () => resolve(reqs.map((r) => grantFor(r, 1 + STANDING, 1))))));
+      const node = makeNode(link, clock);
+      const limits = perMinute(PLENTIFUL * 4 * STANDING);
+      const pending = node.acquire(KEY, limits);
+      node.endRound(); // the request's round: reported, nothing spent yet
+      release!();
+      expect(await pending).to.deep.equal({ admitted: true });
+      const spent = node
+        .endRound()
+        .flatMap((b) => b.reports)
+        .filter((r) => r.keyId === KEY)
+        .map((r) => r.spent);
+      expect(spent).to.deep.equal([1]);
+    });
+
+    it("reports a standing lease granted ahead to the next window's owner once rolled in", () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1 + STANDING, 1)));
+      const node = makeNode(link, clock);
+      const limits = perMinute(PLENTIFUL * 4 * STANDING);
+      node.acquire(KEY, limits);
+      node.endRound(); // the request's round
+      const b = node.buckets.peek(KEY)!.buckets[0]!;
+      node.applyGrant({ ...grantFor(link.requests[0]![0]!, 2 * STANDING, 1), windowId: b.windowId + 1 }); // granted ahead
+      clock.set(b.windowEnd);
+      const next: number[] = [];
+      for (let i = 0; i < 9; i++) {
+        for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY && r.windowId === b.windowId) next.push(r.held);
+        clock.advance(25);
+      }
+      expect(b.windowId).to.equal(link.requests[0]![0]!.windowId + 1);
+      expect(next.length).to.be.greaterThan(0);
+      expect(next[0]).to.equal(2 * STANDING);
+    });
+
+    it("does not fade while it holds credit granted ahead: rolled in at the rollover, given back to that window's owner", () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
+      const node = makeNode(link, clock);
+      const limits = perMinute(PLENTIFUL * 4 * STANDING);
+      node.acquire(KEY, limits);
+      const b = node.buckets.peek(KEY)!.buckets[0]!;
+      const first = b.windowId;
+      clock.set(b.windowEnd - 3000); // its trace fades (about 86 rounds) before the window ends (120)
+      node.endRound();
+      node.applyGrant({ ...grantFor(link.requests[0]![0]!, 2 * STANDING, 1), windowId: first + 1 });
+      const released: number[] = [];
+      for (let i = 0; i < 140; i++) {
+        clock.advance(25);
+        for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY && r.windowId === first + 1) released.push(r.released);
+      }
+      expect(b.windowId).to.equal(first + 1);
+      expect(released.at(-1)).to.equal(2 * STANDING);
+    });
+
     it('is forgotten once its demand has faded: a later unreliable spell does not hedge it', async () => {
       const clock = new FakeClock(1_800_000_000_000);
       let asks = 0;
