@@ -34,7 +34,6 @@ const redis = connect(where, { commandTimeout: 10_000 });
 const { worker, queue } = await startWorker({ connection, redis, store: { audit: (...entry) => appendAudit(redis, prefix, ...entry) }, prefix, shards, historyRetentionMs: historyDays * 86_400_000 });
 worker.on('completed', (job, result) => logger.info({ job: job.name, id: job.id, result }, 'job done'));
 worker.on('failed', (job, err) => logger.error({ job: job?.name, id: job?.id, err }, 'job failed'));
-logger.info({ prefix, shards, historyDays }, 'maintenance worker running');
 const stop = (): void => {
   void Promise.all([worker.close(), queue.close()]).finally(() => {
     connection.disconnect();
@@ -44,3 +43,5 @@ const stop = (): void => {
 };
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);
+// Announced once a SIGTERM stops it cleanly: a supervisor may send one the moment it reads this.
+logger.info({ prefix, shards, historyDays }, 'maintenance worker running');

@@ -119,7 +119,9 @@ describe('limit events over a real redis-server: aggregated, and bounded in memo
     const entries = await raw.xrange(`${prefix}:{ev}:events`, '-', '+');
     const events = await new EventLog(raw, prefix).find([...new Set(entries.map(([, f]) => f[1]!))]);
     const of = (cls: string) => events.filter((e) => e.class === cls);
-    expect(of('shadow').map((e) => [e.keyId, e.status, e.window, e.count])).to.deep.equal([[l.hasher.hash('trial-key'), 200, 'burst', l.stats.shadowDenied]]);
+    // One aggregate, or more when a starved machine spaced the refusals past the flush interval.
+    expect([...new Set(of('shadow').map((e) => JSON.stringify([e.keyId, e.status, e.window])))]).to.deep.equal([JSON.stringify([l.hasher.hash('trial-key'), 200, 'burst'])]);
+    expect(of('shadow').reduce((n, e) => n + e.count, 0)).to.equal(l.stats.shadowDenied);
     expect(l.stats.shadowDenied).to.be.at.least(1);
     expect(
       of('dual_run')
