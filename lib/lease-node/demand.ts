@@ -17,8 +17,8 @@ const HEDGE_MAX = 3;
 const MIN_RATE = RATE_ONE / 256;
 const MIN_RATE_PLENTIFUL = RATE_ONE / 4096;
 /**
- * A plan allowing at least this many requests per window for each live node is plentiful: what a
- * node may strand there is at most 1/PLENTIFUL of its share, so a key seen rarely holds a lease.
+ * A plan allowing at least this many requests per window for each live node is plentiful: a key seen
+ * rarely holds a lease there, and what a node may strand of it is under 1 % of its share.
  */
 export const PLENTIFUL = 512;
 /**
