@@ -528,7 +528,10 @@ describe('lease node: the decision path', () => {
   });
 
   describe('a key seen here less than once in 16 rounds (every 600 ms)', () => {
-    const minute = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit: 100 }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+    /** One 60 s window of `limit`. */
+    const perMinute = (limit: number) =>
+      compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+    const minute = perMinute(100);
     const OTHER = 'v1:OTHERKEYOTHERKEYOTHERK';
     const off = phaseOffset(KEY, 60_000);
     /**
@@ -577,10 +580,6 @@ describe('lease node: the decision path', () => {
         expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
       });
     }
-
-    /** One 60 s window of `limit`. */
-    const perMinute = (limit: number) =>
-      compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
 
     // The recording link's fleet is 4 nodes: plentiful from PLENTIFUL × 4 a window.
     for (const [limit, demand] of [
