@@ -55,6 +55,8 @@ export class Bucket {
   reportedRound = -1;
   /** The demand its last report advertised (`demandMark`): a quiet bucket whose demand stays there says nothing new. */
   reportedDemand = -1;
+  /** Spent since its last report, which a standing lease put off (`NodeDemand.mayWait`). */
+  unreported = false;
   /** No remote fast path before the round after this one (an ask unanswered or answered with nothing, D2). */
   fastRound = -1;
   /**
@@ -116,6 +118,7 @@ export class Bucket {
     this.seen = 0;
     // Its last report went to the past window's owner.
     this.reportedDemand = -1;
+    this.unreported = false;
   }
 
   /** Whether the bucket could be dropped without losing usable credit. */

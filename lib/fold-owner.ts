@@ -1,5 +1,6 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
+import { BUSY_ROUNDS } from './lease-size.js';
 import { Blankets, type Blanket } from './owner/blankets.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
@@ -12,7 +13,7 @@ import { Issuer } from './owner/issuer.js';
 import { committed, held, runningTotals, spentIn } from './owner/ledger-sums.js';
 import { NodeReports } from './owner/node-reports.js';
 import { CreditPool } from './owner/pool.js';
-import { BUSY, BUSY_ROUNDS, GrantSizing } from './owner/sizing.js';
+import { BUSY, GrantSizing } from './owner/sizing.js';
 import type { LogEntry } from './protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
 import { phaseOffset, windowEndMs } from './window.js';

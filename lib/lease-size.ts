@@ -17,3 +17,16 @@ export function leaseTarget(demand: number, roundsLeft: number, demandRounds: nu
   const spendable = Math.floor(((demand / demandRounds) * Math.max(0, roundsLeft)) / 4);
   return Math.max(Math.floor(base), Math.min(Math.ceil(2 * base) + 1, spendable));
 }
+
+/** Rounds of its demand a busy lease gets whatever the room, and keeps when recalled (`lib/owner/sizing.ts`). */
+export const BUSY_ROUNDS = 2;
+
+/**
+ * What a recalled lease keeps. Below one request's worth a lease keeps nothing: `leaseTarget` gives
+ * it no lease. A busier one keeps what it spends in BUSY_ROUNDS, at most ⌈demand × h⌉: the node gives
+ * the rest back the moment the recall lands, for the nodes that ran dry.
+ */
+export function recallKeep(demand: number, demandRounds: number, headroom: number): number {
+  const base = demand * headroom;
+  return base < 1 ? 0 : Math.min(Math.ceil(base), Math.ceil((demand * BUSY_ROUNDS) / demandRounds));
+}

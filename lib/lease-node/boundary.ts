@@ -46,6 +46,7 @@ export abstract class NodeBoundary extends NodeReports {
    * and reports self_grant for the rest of the window; a degraded node does not (F5).
    */
   protected rollBucket(keyId: string, b: Bucket, id: number, windowMs: number, limit: number): void {
+    this.reportEnded(keyId, windowMs, limit, b);
     b.roll(id);
     // Credit granted ahead under a higher limit is cut to the current one.
     this.trim(b, limit);

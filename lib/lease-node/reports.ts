@@ -12,6 +12,20 @@ import { demandMark, NodeDemand } from './demand.js';
 export abstract class NodeReports extends NodeDemand {
   /** Seq of the last report sent: every report carries a higher one, so the owner keeps the newest. */
   private reportSeq = 0;
+  /**
+   * Reports sent at the end of the round besides the listed buckets': the final ones of evicted
+   * subjects (their credit given back) and of windows that ended with spends put off (`reportEnded`).
+   */
+  protected finalReports: Array<{ shard: number; report: Report }> = [];
+
+  /**
+   * Queues the final report of a bucket whose window has ended, if it put off reporting some of what
+   * it spent there (`mayWait`): that window's owner takes reports for a few rounds after its end, and
+   * counts what it admitted for the traffic history and concentration.
+   */
+  protected reportEnded(keyId: string, windowMs: number, limit: number, b: Bucket): void {
+    if (b.unreported) this.finalReports.push({ shard: shardOf(keyId, b.windowId, this.cfg.shards), report: this.report(keyId, windowMs, limit, b) });
+  }
 
   /**
    * What a recall released, reported at once rather than at the round's end: the owner has it for
@@ -83,6 +97,7 @@ export abstract class NodeReports extends NodeDemand {
   protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
     const demand = this.demandOf(b, limit);
     b.reportedDemand = demandMark(demand);
+    b.unreported = false;
     const r: Report = {
       keyId,
       windowId: b.windowId,

@@ -8,6 +8,8 @@ import { demandMark } from './demand.js';
 
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
+/** A bucket's last rounds in its window, in which what it spent is reported at once (`mayWait`). */
+const TAIL_ROUNDS = AHEAD_ROUNDS + 1;
 
 /**
  * The round, driven by the caller: at its end a heartbeat, then for each listed bucket the credit
@@ -22,8 +24,6 @@ export abstract class NodeRound extends NodeAsks {
    * round until then, since owners take every batch after a self-grant as carrying it.
    */
   private readonly evictedSelfGrants = new Map<string, { shard: number; report: Report; end: number }>();
-  /** Final reports of evicted subjects (their credit given back), sent at the end of the round. */
-  private evictedReports: Array<{ shard: number; report: Report }> = [];
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
@@ -60,8 +60,6 @@ export abstract class NodeRound extends NodeAsks {
     const selfGranted = this.selfGrantStatement(now);
     this.link.heartbeat({ selfGranted, contact: Float64Array.from(this.contact) });
     const byShard = new Map<number, Report[]>();
-    for (const { shard, report } of this.evictedReports) this.queue(byShard, shard, report);
-    this.evictedReports = [];
     for (const [mark, e] of this.evictedSelfGrants) {
       if (e.end <= now) this.evictedSelfGrants.delete(mark);
       else this.queue(byShard, e.shard, e.report);
@@ -94,13 +92,20 @@ export abstract class NodeRound extends NodeAsks {
         // while it holds credit granted ahead: that is rolled in, given back and reported first.
         const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0 && b.nextIssued === 0;
         if (faded) b.rate = 0;
+        if (b.windowEnd <= now) this.reportEnded(s.keyId, w.windowMs, w.limit, b);
         if (faded || b.windowEnd <= now) continue;
         keep = true;
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds, while its demand moves (a standing lease's does not: its
-        // report would say nothing new); one carrying a self-grant every round (F4).
-        const news = idle && (this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(this.demandOf(b, w.limit)) !== b.reportedDemand;
-        if (!idle || b.selfIssued > 0 || news) {
+        // report would say nothing new); one carrying a self-grant every round (F4). A standing lease
+        // puts off the report of what it spent while it holds enough (`mayWait`): until it runs low,
+        // its window's last rounds (or end: `reportEnded`), or the round its rate fades, when it
+        // gives its credit back (`shed`, above) and so is reported before it leaves the list.
+        const tail = b.windowEnd - now <= TAIL_ROUNDS * this.cfg.roundMs;
+        const news =
+          idle && ((b.unreported && tail) || ((this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(this.demandOf(b, w.limit)) !== b.reportedDemand));
+        if (!idle && !b.dirty && !tail && !s.limits.fixedShare && this.mayWait(b, w.limit)) b.unreported = true;
+        else if (!idle || b.selfIssued > 0 || news) {
           this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
           if (!idle) b.reportedRound = this.roundNo;
         }
@@ -116,6 +121,8 @@ export abstract class NodeRound extends NodeAsks {
       if (keep) next.push(s);
     }
     this.reportList = next;
+    for (const { shard, report } of this.finalReports) this.queue(byShard, shard, report);
+    this.finalReports = [];
     this.forgetEndedSelfGrants(now);
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
@@ -129,16 +136,16 @@ export abstract class NodeRound extends NodeAsks {
     subject.evicted = true;
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;
-      if (b.windowEnd <= now) return;
+      if (b.windowEnd <= now) return this.reportEnded(subject.keyId, w.windowMs, w.limit, b);
       if (b.credit > 0) b.released += b.credit;
       const shard = shardOf(subject.keyId, b.windowId, this.cfg.shards);
       const report = this.report(subject.keyId, w.windowMs, w.limit, b, subject.limits.fixedShare);
       if (b.selfIssued > 0) this.evictedSelfGrants.set(`${subject.keyId}|${w.windowMs}|${b.lease}`, { shard, report, end: b.windowEnd });
-      else this.evictedReports.push({ shard, report });
+      else this.finalReports.push({ shard, report });
       // Credit granted ahead for the next window goes back to that window's owner.
       if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0) {
         const ahead = this.nextReport(subject.keyId, w.windowMs, w.limit, b, subject.limits.fixedShare);
-        this.evictedReports.push({ shard: shardOf(subject.keyId, b.windowId + 1, this.cfg.shards), report: { ...ahead, released: b.nextIssued, held: 0 } });
+        this.finalReports.push({ shard: shardOf(subject.keyId, b.windowId + 1, this.cfg.shards), report: { ...ahead, released: b.nextIssued, held: 0 } });
       }
     });
   }

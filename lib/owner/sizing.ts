@@ -1,16 +1,14 @@
-import { leaseTarget } from '../lease-size.js';
+import { leaseTarget, recallKeep } from '../lease-size.js';
 import type { Lease, Ledger } from '../ledger-store.js';
 import type { FoldOwnerConfig } from './config.js';
 import { held } from './ledger-sums.js';
 
 /**
  * demand × h at or above which a lease is busy — about a request a round or more — and is always
- * topped up to BUSY_ROUNDS of its demand whatever the room: it will spend that before its next
+ * topped up to BUSY_ROUNDS (`lib/lease-size.ts`) of its demand whatever the room: it will spend that before its next
  * top-ups. Beyond that the room decides, so at a window's tail credit stays with the owner.
  */
 export const BUSY = 4;
-/** Rounds of its demand a busy lease gets whatever the room, and keeps when recalled. */
-export const BUSY_ROUNDS = 2;
 
 /** How much credit a lease should get, or keep: the owner's sizing rules over a ledger's leases. */
 export class GrantSizing {
@@ -52,13 +50,8 @@ export class GrantSizing {
     return Math.min(pool, want, Math.max(need, Math.floor((pool * want) / wants)));
   }
 
-  /**
-   * What a recalled lease keeps. Below one request's worth a lease keeps nothing: `lib/lease-size.ts`
-   * gives it no lease. A busier one keeps what it spends in BUSY_ROUNDS, not demand × h: the node
-   * gives the rest back the moment the recall lands, for the nodes that ran dry.
-   */
+  /** What a recalled lease keeps (`recallKeep`). */
   keepOnRecall(lease: Lease): number {
-    const base = lease.demand * this.cfg.headroom;
-    return base < 1 ? 0 : Math.min(Math.ceil(base), this.rounds(lease.demand, BUSY_ROUNDS));
+    return recallKeep(lease.demand, this.cfg.demandRounds, this.cfg.headroom);
   }
 }

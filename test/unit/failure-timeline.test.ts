@@ -16,6 +16,13 @@ const hourly = compilePolicy({
   plans: { p: { windows: [{ name: 'w', limit: 1000, windowMs: 1000 }] } },
 }).limitsFor(KEY, 't');
 const offset = phaseOffset(KEY, 1000);
+/** The same window, plentiful over the tests' 20 nodes (512 a node, `PLENTIFUL`, × 3): a standing lease. */
+const plentiful = compilePolicy({
+  version: 1,
+  defaultPlan: 'p',
+  anonymousPlan: 'p',
+  plans: { p: { windows: [{ name: 'w', limit: 512 * 20 * 3, windowMs: 1000 }] } },
+}).limitsFor(KEY, 't');
 
 /** A node whose owner grants `grant` credit per ask while `link.up`; the clock starts mid-window. */
 function setup(grant = 10) {
@@ -116,6 +123,31 @@ describe('failure timeline F1–F5, at its exact boundaries', () => {
           .filter((r) => r.keyId === KEY && r.selfGrant).length,
       );
     }
+    expect(
+      reports.every((n) => n === 1),
+      JSON.stringify(reports),
+    ).to.equal(true);
+  });
+
+  it('F4: a self-granted bucket under a plentiful plan, spending now and then, is in every round too', () => {
+    const { link, node, toBoundary, clock } = setup(10);
+    node.acquire(KEY, plentiful);
+    link.up = false;
+    clock.advance(50);
+    toBoundary();
+    node.acquire(KEY, plentiful); // self-grants 1,536: a standing lease, which would put off reporting its spends
+    const reports: number[] = [];
+    for (let round = 0; round < 39; round++) {
+      clock.advance(25);
+      if (round % 4 === 3) node.acquire(KEY, plentiful);
+      reports.push(
+        node
+          .endRound()
+          .flatMap((x) => x.reports)
+          .filter((r) => r.keyId === KEY && r.selfGrant).length,
+      );
+    }
+    expect(node.buckets.peek(KEY)!.buckets[0]!.selfIssued).to.equal(1536);
     expect(
       reports.every((n) => n === 1),
       JSON.stringify(reports),

@@ -641,11 +641,130 @@ describe('lease node: the decision path', () => {
       expect(spent).to.deep.equal([1]);
     });
 
-    it("reports a standing lease granted ahead to the next window's owner once rolled in", () => {
+    /**
+     * A node whose owner answers each ask with a lease of `issued`, a plentiful plan (`plan` policy
+     * options besides its one window), and the reports of KEY its next round sends.
+     */
+    function standing(issued: number, plan: Record<string, unknown> = {}) {
       const clock = new FakeClock(1_800_000_000_000);
-      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1 + STANDING, 1)));
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, issued, 1)));
       const node = makeNode(link, clock);
-      const limits = perMinute(PLENTIFUL * 4 * STANDING);
+      const windows = [{ name: 'sustained', windowMs: 60_000, limit: PLENTIFUL * 4 * STANDING }];
+      const limits = compilePolicy({ version: 1, plans: { p: { windows, ...plan } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+      const reports = (windowId?: number) =>
+        node
+          .endRound()
+          .flatMap((b) => b.reports)
+          .filter((r) => r.keyId === KEY && (windowId === undefined || r.windowId === windowId));
+      const end = windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off);
+      /** A request every four rounds from `from` ms before the window's end, `n` of them: the spent each round's report said. */
+      const everyFourRounds = (from: number, n: number): number[][] => {
+        clock.set(end - from);
+        const spent: number[][] = [];
+        for (let i = 0; i < n; i++) {
+          expect(node.acquire(KEY, limits)).to.deep.equal({ admitted: true });
+          for (let j = 0; j < 4; j++) {
+            spent.push(reports(windowIdAt(end - 1, 60_000, off)).map((r) => r.spent));
+            clock.advance(25);
+          }
+        }
+        return spent;
+      };
+      return { clock, link, node, limits, reports, end, everyFourRounds };
+    }
+
+    it('puts off the reports of what a standing lease spends while it holds more than its owner would top up or recall', () => {
+      const { everyFourRounds } = standing(3 * STANDING);
+      // Its first report is news (its demand). Then it holds 7 to 4 (a recall keeps 3 here): nothing
+      // to tell; from 3 it has less than demand × h, where its owner tops it up.
+      expect(everyFourRounds(30_000, 7).filter((x) => x.length > 0)).to.deep.equal([[1], [6], [7]]);
+    });
+
+    it('reports every spend while its plan allocates a fixed share per node', () => {
+      const { everyFourRounds } = standing(3 * STANDING, { allocation: 'fixed-share' });
+      expect(everyFourRounds(30_000, 4).filter((x) => x.length > 0)).to.deep.equal([[1], [2], [3], [4]]);
+    });
+
+    it('reports a spend at once when its advertised demand moved (the fleet grew)', () => {
+      const { link, everyFourRounds } = standing(3 * STANDING);
+      const before = everyFourRounds(30_000, 2).filter((x) => x.length > 0);
+      link.fleet = 6; // a standing demand of 2 now
+      expect([...before, ...everyFourRounds(29_000, 1).filter((x) => x.length > 0)]).to.deep.equal([[1], [3]]);
+    });
+
+    it('reports what a standing lease put off before its rate fades, and gives the lease back', () => {
+      const { clock, node, limits, reports } = standing(3 * STANDING);
+      node.acquire(KEY, limits);
+      reports();
+      clock.advance(100);
+      node.acquire(KEY, limits); // put off
+      const seen: Array<[number, number]> = [];
+      for (let i = 0; i < 200; i++) {
+        clock.advance(25);
+        for (const r of reports()) seen.push([r.spent, r.released]);
+      }
+      expect(seen).to.deep.equal([[2, 3 * STANDING - 2]]);
+    });
+
+    it("reports a standing lease's spends in its window's last rounds: what it put off, and each at once", () => {
+      const { clock, node, limits, reports, end, everyFourRounds } = standing(3 * STANDING);
+      const spent = everyFourRounds(1000, 2).filter((x) => x.length > 0); // the second put off
+      const told: Array<[number, number[]]> = []; // [ms before the end, spent]
+      while (clock.now() < end) {
+        if (end - clock.now() === 50) node.acquire(KEY, limits);
+        const r = reports(windowIdAt(end - 1, 60_000, off));
+        if (r.length > 0) told.push([end - clock.now(), r.map((x) => x.spent)]);
+        clock.advance(25);
+      }
+      expect([spent, told]).to.deep.equal([
+        [[1]],
+        [
+          [75, [2]],
+          [50, [3]],
+        ],
+      ]);
+    });
+
+    for (const how of ['a stall skips its last rounds', 'a request rolls it before a round does'] as const) {
+      it(`reports what a standing lease put off in a window that ended without its last rounds: ${how}`, () => {
+        const { clock, node, limits, end, everyFourRounds } = standing(3 * STANDING);
+        everyFourRounds(1000, 2);
+        clock.set(end + 10);
+        if (how === 'a request rolls it before a round does') node.acquire(KEY, limits);
+        const last = node
+          .endRound()
+          .flatMap((b) => b.reports)
+          .filter((x) => x.keyId === KEY && x.windowId === windowIdAt(end - 1, 60_000, off));
+        expect(last.map((r) => r.spent)).to.deep.equal([2]);
+      });
+    }
+
+    it("keeps a standing lease whole to its window's end rather than shed it as the window runs out", () => {
+      const { clock, node, limits, reports, end } = standing(3 * STANDING);
+      clock.set(end - 1000);
+      node.acquire(KEY, limits); // holds 8; the lease-size rule allows 3 over its last 10 rounds
+      const released: number[] = [];
+      while (clock.now() < end - 25) {
+        clock.advance(25);
+        for (const r of reports()) released.push(r.released);
+      }
+      expect(node.buckets.peek(KEY)!.buckets[0]!.credit).to.equal(3 * STANDING - 1);
+      expect(released.every((x) => x === 0)).to.equal(true);
+    });
+
+    it("gives back what a standing lease holds beyond its size, even at its window's start", () => {
+      const { clock, node, limits, reports, end } = standing(5 * STANDING); // a lease of 15, cooled to standing
+      clock.set(end - 30_000);
+      node.acquire(KEY, limits);
+      const told = [reports(), (clock.advance(25), reports())].flat();
+      expect(told.map((r) => [r.held, r.released])).to.deep.equal([
+        [5 * STANDING - 1, 0],
+        [3 * STANDING, 5 * STANDING - 1 - 3 * STANDING],
+      ]);
+    });
+
+    it("reports a standing lease granted ahead to the next window's owner once rolled in", () => {
+      const { clock, link, node, limits } = standing(1 + STANDING);
       node.acquire(KEY, limits);
       node.endRound(); // the request's round
       const b = node.buckets.peek(KEY)!.buckets[0]!;
