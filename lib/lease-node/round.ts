@@ -27,19 +27,27 @@ export abstract class NodeRound extends NodeAsks {
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
-   * of theirs in a current window is reported at the end of this round, idle or not, so the new owner
-   * learns what is held and spent before it issues more.
+   * of theirs in a current window is reported at the end of this round, idle or not, and so is credit
+   * granted ahead for a next window there, so the new owner learns what is held and spent before it
+   * issues more.
    */
   resync(shards: ReadonlySet<number>): void {
     const now = this.clock.now();
     for (const s of this.buckets.values()) {
       let any = false;
-      for (const b of s.buckets) {
+      s.buckets.forEach((b, i) => {
         if (b.windowEnd > now && shards.has(shardOf(s.keyId, b.windowId, this.cfg.shards))) {
           b.dirty = true;
           any = true;
         }
-      }
+        // Credit granted ahead for the next window, on a shard that changed owner: the ask ahead
+        // states it, so the new owner counts it before it issues that window anything.
+        const next = shardOf(s.keyId, b.windowId + 1, this.cfg.shards);
+        if (b.nextWindowId === b.windowId + 1 && b.nextIssued > 0 && shards.has(next)) {
+          const w = s.limits.windows[i]!;
+          this.finalReports.push({ shard: next, report: this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare) });
+        }
+      });
       if (any) this.touch(s);
     }
   }

@@ -848,4 +848,21 @@ describe('lease node: the decision path', () => {
     expect(again.map((r) => r.windowMs).sort((x, y) => x - y)).to.deep.equal([1000, 60_000]);
     expect(node.endRound()).to.have.length(0);
   });
+
+  it("after an owner change, reports credit granted ahead for a next window on those shards, before that window's last rounds", () => {
+    const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+    const node = makeNode(link);
+    node.acquire(KEY, free);
+    node.endRound();
+    const b = node.buckets.peek(KEY)!.buckets[1]!; // the 60 s window: its last rounds are far off
+    node.applyGrant({ ...grantFor(link.requests[0]![1]!, 5, 1), windowId: b.windowId + 1 });
+    const next = shardOf(KEY, b.windowId + 1, 8);
+    node.resync(new Set([next]));
+    const ahead = node
+      .endRound()
+      .filter((x) => x.shard === next)
+      .flatMap((x) => x.reports)
+      .filter((r) => r.keyId === KEY && r.windowId === b.windowId + 1);
+    expect(ahead.map((r) => [r.windowMs, r.issued, r.held])).to.deep.equal([[60_000, 5, 5]]);
+  });
 });
