@@ -5,8 +5,9 @@ import { held } from './ledger-sums.js';
 
 /**
  * demand × h at or above which a lease is busy — about a request a round or more — and is always
- * topped up to BUSY_ROUNDS (`lib/lease-size.ts`) of its demand whatever the room: it will spend that before its next
- * top-ups. Beyond that the room decides, so at a window's tail credit stays with the owner.
+ * topped up to BUSY_ROUNDS (`lib/lease-size.ts`) of its demand whatever the room: it will spend that
+ * before its next top-ups. Beyond that the room decides, so at a window's tail credit stays with the
+ * owner.
  */
 export const BUSY = 4;
 
