@@ -93,9 +93,11 @@ export abstract class NodeReports extends NodeDemand {
     return fixed ? { ...r, fixedShare: true } : r;
   }
 
-  /** The report of the bucket's current window: its cumulative counts and the demand it advertises. */
-  protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false): Report {
-    const demand = this.demandOf(b, limit);
+  /**
+   * The report of the bucket's current window: its cumulative counts and the demand it advertises
+   * (`demand`, when the caller has it already).
+   */
+  protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false, demand = this.demandOf(b, limit)): Report {
     b.reportedDemand = demandMark(demand);
     b.unreported = false;
     const r: Report = {

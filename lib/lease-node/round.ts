@@ -93,7 +93,9 @@ export abstract class NodeRound extends NodeAsks {
         // What it gives back is reported this round, even by a bucket that saw no request. Not right
         // after a request was told to retry in a round: a late answer's credit is kept for the retry.
         // A fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).
-        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, now);
+        // Its demand this round: what the give-back, the choice to report and the report go by.
+        const demand = this.demandOf(b, w.limit);
+        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, demand, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
         // one's rate is forgotten, or what is left of it would outlive its key's traffic here. Not
@@ -110,11 +112,10 @@ export abstract class NodeRound extends NodeAsks {
         // its window's last rounds (or end: `reportEnded`), or the round its rate fades, when it
         // gives its credit back (`shed`, above) and so is reported before it leaves the list.
         const tail = b.windowEnd - now <= TAIL_ROUNDS * this.cfg.roundMs;
-        const news =
-          idle && ((b.unreported && tail) || ((this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(this.demandOf(b, w.limit)) !== b.reportedDemand));
-        if (!idle && !b.dirty && !tail && !s.limits.fixedShare && this.mayWait(b, w.limit)) b.unreported = true;
+        const news = idle && ((b.unreported && tail) || ((this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(demand) !== b.reportedDemand));
+        if (!idle && !b.dirty && !tail && !s.limits.fixedShare && this.mayWait(b, w.limit, demand)) b.unreported = true;
         else if (!idle || b.selfIssued > 0 || news) {
-          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
+          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare, demand));
           if (!idle) b.reportedRound = this.roundNo;
         }
         // Ask the next window's owner (another shard) for credit ahead of the rollover.
