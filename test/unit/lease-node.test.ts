@@ -865,4 +865,39 @@ describe('lease node: the decision path', () => {
       .filter((r) => r.keyId === KEY && r.windowId === b.windowId + 1);
     expect(ahead.map((r) => [r.windowMs, r.issued, r.held])).to.deep.equal([[60_000, 5, 5]]);
   });
+  describe('asking ahead', () => {
+    const off = phaseOffset(KEY, 60_000);
+    /** A node whose 60 s window of KEY has three rounds left, after one request, and its asks ahead per round. */
+    function nearTheEnd(): { node: LeaseNode; clock: FakeClock; link: RecordingLink; aheadIn: () => number } {
+      const clock = new FakeClock(1_800_000_000_000);
+      const end = windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off);
+      clock.set(end - 70);
+      const link = grantingLink({ 1000: 1000, 60_000: 1000 });
+      const node = makeNode(link, clock);
+      node.acquire(KEY, free);
+      const id = node.buckets.peek(KEY)!.buckets[1]!.windowId;
+      const aheadIn = (): number => {
+        const n = node
+          .endRound()
+          .flatMap((x) => x.reports)
+          .filter((r) => r.keyId === KEY && r.windowMs === 60_000 && r.windowId === id + 1).length;
+        clock.advance(25);
+        return n;
+      };
+      return { node, clock, link, aheadIn };
+    }
+
+    it('asks in each of the last two rounds while no credit is granted ahead', () => {
+      const { aheadIn } = nearTheEnd();
+      expect([aheadIn(), aheadIn(), aheadIn()]).to.deep.equal([0, 1, 1]);
+    });
+
+    it("asks again once credit is granted ahead: a deposed owner's late grant is stated to its successor", () => {
+      const { node, link, aheadIn } = nearTheEnd();
+      expect([aheadIn(), aheadIn()]).to.deep.equal([0, 1]);
+      const b = node.buckets.peek(KEY)!.buckets[1]!;
+      node.applyGrant({ ...grantFor(link.requests[0]![1]!, 4, 1), windowId: b.windowId + 1 });
+      expect(aheadIn()).to.equal(1);
+    });
+  });
 });
