@@ -70,7 +70,7 @@ function takeoverAhead(late: boolean): { admitted: number } {
   holding = late;
   round(); // the first ask ahead: granted (the grant held back when `late`)
   expect(held.length > 0 || a.buckets.peek(KEY)!.buckets[0]!.nextIssued > 0, 'credit granted ahead').to.equal(true);
-  // Redis lost everything: a new owner, blind, takes every shard; the nodes see the new epochs.
+  // Redis lost everything: a new owner, blind, takes every shard; the nodes see the owners change.
   owner = new FoldOwner(ownerConfig(clock, fleet, { ownerEpoch: () => 2 }));
   owner.replay(Array.from({ length: SHARDS }, (_, shard) => ({ kind: 'unmarked' as const, shard })));
   holding = false;
@@ -93,7 +93,7 @@ function takeoverAhead(late: boolean): { admitted: number } {
 }
 
 describe('credit granted ahead across a blind takeover', () => {
-  it('granted and landed before the takeover: resync states it, and the window holds', () => {
+  it('granted and landed before the takeover: stated to the new owner before the window begins, and the window holds', () => {
     const { admitted } = takeoverAhead(false);
     expect(admitted).to.be.at.most(LIMIT);
     expect(admitted).to.be.at.least(LIMIT - 10);

@@ -865,10 +865,11 @@ describe('lease node: the decision path', () => {
       .filter((r) => r.keyId === KEY && r.windowId === b.windowId + 1);
     expect(ahead.map((r) => [r.windowMs, r.issued, r.held])).to.deep.equal([[60_000, 5, 5]]);
   });
+
   describe('asking ahead', () => {
     const off = phaseOffset(KEY, 60_000);
     /** A node whose 60 s window of KEY has three rounds left, after one request, and its asks ahead per round. */
-    function nearTheEnd(): { node: LeaseNode; clock: FakeClock; link: RecordingLink; aheadIn: () => number } {
+    function nearTheEnd(): { node: LeaseNode; link: RecordingLink; aheadIn: () => number } {
       const clock = new FakeClock(1_800_000_000_000);
       const end = windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off);
       clock.set(end - 70);
@@ -884,7 +885,7 @@ describe('lease node: the decision path', () => {
         clock.advance(25);
         return n;
       };
-      return { node, clock, link, aheadIn };
+      return { node, link, aheadIn };
     }
 
     it('asks in each of the last two rounds while no credit is granted ahead', () => {
