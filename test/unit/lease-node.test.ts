@@ -14,6 +14,8 @@ const policy = compilePolicy(demoPolicy());
 const free = policy.limitsFor(KEY, 't'); // burst 10/1 s, sustained 100/60 s
 /** One window of 10 per second: the fast-path rules without a second window asking beside it. */
 const one = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'burst', windowMs: 1000, limit: 10 }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+/** KEY's phase offset in a 60 s window: where its windows of that length end. */
+const off = phaseOffset(KEY, 60_000);
 
 function makeNode(link: RecordingLink, clock = new FakeClock()): LeaseNode {
   return new LeaseNode(nodeConfig(), clock, link);
@@ -533,7 +535,6 @@ describe('lease node: the decision path', () => {
       compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'sustained', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
     const minute = perMinute(100);
     const OTHER = 'v1:OTHERKEYOTHERKEYOTHERK';
-    const off = phaseOffset(KEY, 60_000);
     /**
      * `misses` asks for another key that miss their deadline, then one request of this key 590 ms
      * before its window ends and quiet rounds to the window's last: its reports for this window and
@@ -867,7 +868,6 @@ describe('lease node: the decision path', () => {
   });
 
   describe('asking ahead', () => {
-    const off = phaseOffset(KEY, 60_000);
     /** A node whose 60 s window of KEY has three rounds left, after one request, and its asks ahead per round. */
     function nearTheEnd(): { node: LeaseNode; link: RecordingLink; aheadIn: () => number } {
       const clock = new FakeClock(1_800_000_000_000);
