@@ -13,6 +13,11 @@ export const enum Exhaustion {
  */
 export const RATE_ONE = 65536;
 
+/** `Bucket.flags` bits. */
+const DIRTY = 1;
+const UNREPORTED = 2;
+const LATE_UNSURE = 4;
+
 /**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
  * issued plus any boundary self-grant, minus what was spent and released; every count only grows
@@ -55,8 +60,6 @@ export class Bucket {
   reportedRound = -1;
   /** The demand its last report advertised (`demandMark`): a quiet bucket whose demand stays there says nothing new. */
   reportedDemand = -1;
-  /** Spent since its last report, which a standing lease put off (`NodeDemand.mayWait`). */
-  unreported = false;
   /** No remote fast path before the round after this one (an ask unanswered or answered with nothing, D2). */
   fastRound = -1;
   /**
@@ -66,14 +69,8 @@ export class Bucket {
   exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */
   exhaustedSeq = 0;
-  /** Must be reported at the end of the round even without requests (recall, self-grant). */
-  dirty = false;
-  /**
-   * A grant that raised this window's credit landed after the window ended without saying `late`
-   * (`Grant.late`): its owner may have issued it for a window whose record it lost, so once the
-   * window has ended the bucket's credit covers nothing (`NodeAsks.usable`).
-   */
-  lateUnsure = false;
+  /** `dirty`, `unreported` and `lateUnsure` as bits: one small integer field where three took one each. */
+  private flags = 0;
 
   /**
    * @param offset phase offset of this key for this window length
@@ -92,6 +89,34 @@ export class Bucket {
    */
   get windowEnd(): number {
     return windowEndMs(this.windowId, this.windowMs, this.offset);
+  }
+
+  /** Must be reported at the end of the round even without requests (recall, self-grant). */
+  get dirty(): boolean {
+    return (this.flags & DIRTY) !== 0;
+  }
+  set dirty(v: boolean) {
+    this.flags = v ? this.flags | DIRTY : this.flags & ~DIRTY;
+  }
+
+  /** Spent since its last report, which a standing lease put off (`NodeDemand.mayWait`). */
+  get unreported(): boolean {
+    return (this.flags & UNREPORTED) !== 0;
+  }
+  set unreported(v: boolean) {
+    this.flags = v ? this.flags | UNREPORTED : this.flags & ~UNREPORTED;
+  }
+
+  /**
+   * A grant that raised this window's credit landed after the window ended without saying `late`
+   * (`Grant.late`): its owner may have issued it for a window whose record it lost, so once the
+   * window has ended the bucket's credit covers nothing (`NodeAsks.usable`).
+   */
+  get lateUnsure(): boolean {
+    return (this.flags & LATE_UNSURE) !== 0;
+  }
+  set lateUnsure(v: boolean) {
+    this.flags = v ? this.flags | LATE_UNSURE : this.flags & ~LATE_UNSURE;
   }
 
   /** Credit available to the request path. */
