@@ -1,7 +1,8 @@
 import type { Blanket } from '../lib/owner/blankets.js';
 import type { LogEntry } from '../lib/protocol/log.js';
-import type { Adjust, CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from '../lib/protocol/messages.js';
-import { at, bad, bool, int, list, num, object, optional, pair, posint, quietly, record, str, uint, type Reader } from './body-readers.js';
+import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
+import { at, bad, bool, list, object, optional, pair, posint, quietly, str, uint, type Reader } from './body-readers.js';
+import { blanketRec, decodeGrant, decodeMessage, encodeGrant, encodeMessage, reportRec, requestRec } from './lease-records.js';
 
 export { EnvelopeError, type RejectReason } from './body-readers.js';
 
@@ -75,140 +76,6 @@ export type EnvelopeType = keyof Bodies;
 
 /** A decoded, verified envelope. */
 export type Envelope = { [T in EnvelopeType]: { t: T; body: Bodies[T] } }[EnvelopeType];
-
-/**
- * A record followed by a `fixedShare` flag, written only when set: a release that does not know it
- * reads leasing (demand-sized grants, still within the allowance), and a record without it is leasing.
- */
-function flagged<T extends { readonly fixedShare?: boolean }>(rec: { encode: (x: T) => unknown[]; decode: Reader<T> }, index: number): { encode: (x: T) => unknown[]; decode: Reader<T> } {
-  return {
-    encode: (x) => {
-      const out = rec.encode(x);
-      if (x.fixedShare === true) out.push(1);
-      return out;
-    },
-    decode: (v, p) => {
-      const x = rec.decode(v, p);
-      if ((v as unknown[]).length > index && bool((v as unknown[])[index], at(p, '.fixedShare'))) (x as { fixedShare?: boolean }).fixedShare = true;
-      return x;
-    },
-  };
-}
-
-const reportFields = record<Report>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['limit', uint],
-  ['lease', uint],
-  ['seq', int],
-  ['spent', uint],
-  ['issued', uint],
-  ['selfIssued', uint],
-  ['released', uint],
-  ['demand', num],
-  ['held', num],
-  ['selfGrant', bool],
-]);
-const reportFlagged = flagged(reportFields, 13);
-/**
- * A report: its fields, the `fixedShare` flag, then `seen` (requests offered) when known — the flag
- * written as 0 before it when not set. A release that knows neither reads a leasing report.
- */
-const reportRec = {
-  encode: (r: Report): unknown[] => {
-    if (r.seen === undefined) return reportFlagged.encode(r);
-    const out = reportFields.encode(r);
-    out.push(r.fixedShare === true ? 1 : 0, r.seen);
-    return out;
-  },
-  decode: (v: unknown, p: string): Report => {
-    const r = reportFlagged.decode(v, p);
-    if ((v as unknown[]).length > 14) (r as { seen?: number }).seen = uint((v as unknown[])[14], at(p, '.seen'));
-    return r;
-  },
-};
-const grantRec = record<Omit<Grant, 'type'>>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['lease', uint],
-  ['ownerEpoch', posint],
-  ['grantSeq', posint],
-  ['issued', uint],
-]);
-const GRANT_FIELDS = 9;
-const blanketRec = record<Blanket>([
-  ['shard', uint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['ownerEpoch', posint],
-  ['startsAfter', uint],
-  ['startsBy', uint],
-  ['retired', bool],
-]);
-const adjustRec = record<Omit<Adjust, 'type'>>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['lease', uint],
-  ['ownerEpoch', posint],
-  ['keep', int],
-  ['exhausted', bool],
-  ['grantSeq', uint],
-]);
-const requestRec = flagged(
-  record<CreditRequest>([
-    ['keyId', str],
-    ['windowId', uint],
-    ['windowMs', posint],
-    ['limit', uint],
-    ['nodeId', str],
-    ['nodeEpoch', str],
-    ['lease', uint],
-    ['spent', uint],
-    ['selfIssued', uint],
-    ['released', uint],
-    ['need', uint],
-    ['demand', num],
-    ['fastPath', bool],
-  ]),
-  13,
-);
-
-/**
- * A grant's fields, then `floated` (0 for none), then `late` (1, or left out): each trailing field a
- * release that does not know it ignores; an older one, ignoring `floated`, counts more committed.
- */
-const decodeGrant: Reader<Grant> = (v, p) => {
-  const g = grantRec.decode(v, p) as { -readonly [K in keyof Grant]: Grant[K] };
-  const a = v as unknown[];
-  const floated = a.length > GRANT_FIELDS ? uint(a[GRANT_FIELDS], at(p, '.floated')) : 0;
-  if (floated > g.issued) bad(`${p}.floated`, 'must not be more than issued');
-  const late = a.length > GRANT_FIELDS + 1 && bool(a[GRANT_FIELDS + 1], at(p, '.late'));
-  g.type = 'grant';
-  if (floated > 0) g.floated = floated;
-  if (late) g.late = 1;
-  return g;
-};
-const encodeGrant = (g: Grant): unknown[] => {
-  const out = grantRec.encode(g);
-  if (g.late === 1) out.push(g.floated ?? 0, 1);
-  else if (g.floated) out.push(g.floated);
-  return out;
-};
-const decodeMessage: Reader<OwnerMessage> = (v, p) => {
-  if (!Array.isArray(v) || (v[0] !== 'g' && v[0] !== 'a')) bad(p, 'must be ["g", grant] or ["a", adjust]');
-  if (v[0] === 'g') return decodeGrant(v[1], at(p, '.grant'));
-  const m = adjustRec.decode(v[1], at(p, '.adjust')) as Adjust;
-  (m as { type: string }).type = 'adjust';
-  return m;
-};
-const encodeMessage = (m: OwnerMessage): unknown[] => (m.type === 'grant' ? ['g', encodeGrant(m)] : ['a', adjustRec.encode(m)]);
 
 const batchFields = { shard: uint, nodeId: str, nodeEpoch: str, round: uint, reports: list(reportRec.decode) };
 const decodeBatch = object<ReportBatch>(batchFields);

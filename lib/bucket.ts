@@ -31,6 +31,8 @@ export class Bucket {
   windowId = -1;
   /** Cumulative credit issued by the owner on this lease in this window (highest grant applied). */
   issued = 0;
+  /** Part of `issued` that came out of an owner's float, as its grants said (`Grant.floated`). */
+  floated = 0;
   /** Credit granted to itself at the window boundary without owner contact (F4). */
   selfIssued = 0;
   /** Cumulative admissions in this window. */
@@ -42,6 +44,7 @@ export class Bucket {
   /** Credit already granted for the next window (the owner pre-grants before a rollover). */
   nextWindowId = -1;
   nextIssued = 0;
+  nextFloated = 0;
   nextGrantSeq = 0;
   /** Requests seen in the current round (admitted or not). */
   roundDemand = 0;
@@ -129,9 +132,11 @@ export class Bucket {
     const pre = this.nextWindowId === windowId;
     this.windowId = windowId;
     this.issued = pre ? this.nextIssued : 0;
+    this.floated = pre ? this.nextFloated : 0;
     this.grantSeq = pre ? this.nextGrantSeq : 0;
     this.nextWindowId = -1;
     this.nextIssued = 0;
+    this.nextFloated = 0;
     this.nextGrantSeq = 0;
     this.selfIssued = 0;
     this.spent = 0;

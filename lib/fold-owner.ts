@@ -283,8 +283,9 @@ export class FoldOwner {
 
   /**
    * Totals over the ledgers of windows still running: credit committed (issued + self-granted −
-   * released) against their allowances. Committed never exceeds allowance in any ledger (L2), so
-   * never in the sum; the sum says how much of the fleet's allowance is out on lease.
+   * released) against their allowances: how much of the fleet's allowance is out on lease. Every
+   * grant keeps a ledger's committed within its allowance (L2); a failed owner's blanket may count one
+   * credit more in a window where it made no float (`lib/owner/blankets.ts`).
    */
   totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
     return runningTotals(this.ledgers.all(), nowMs);

@@ -99,6 +99,8 @@ export abstract class NodeAsks extends NodeMessages {
         spent: b.spent,
         selfIssued: b.selfIssued,
         released: b.released,
+        issued: b.issued,
+        ...(b.floated > 0 ? { floated: b.floated } : {}),
         need: cost - b.credit,
         demand: this.demandOf(b, w.limit),
         fastPath: true,

@@ -37,6 +37,7 @@ export abstract class NodeMessages extends NodeBoundary {
       // Credit that lands once the window ended counts only if its owner keeps complete ended marks.
       if (g.issued > b.issued && g.late !== 1 && this.clock.now() >= b.windowEnd) b.lateUnsure = true;
       if (g.issued > b.issued) b.issued = g.issued;
+      if (g.floated !== undefined && g.floated > b.floated) b.floated = g.floated;
       // A grant sized under an older, higher limit is cut to the one in force.
       this.trim(b, this.limitOf(g.keyId, g.windowMs));
       if (g.grantSeq > b.exhaustedSeq) b.exhausted = Exhaustion.None;
@@ -47,6 +48,7 @@ export abstract class NodeMessages extends NodeBoundary {
       b.nextWindowId = g.windowId;
       b.nextGrantSeq = g.grantSeq;
       b.nextIssued = Math.max(b.nextIssued, g.issued);
+      b.nextFloated = Math.max(b.nextFloated, g.floated ?? 0);
       // Listed, so the round after the rollover rolls it in even if no request comes (`endRound`).
       this.touch(this.buckets.peek(g.keyId)!);
       this.stats.grantsApplied++;

@@ -90,7 +90,7 @@ export abstract class NodeReports extends NodeDemand {
       held: next ? b.nextIssued : 0,
       selfGrant: false,
     };
-    return fixed ? { ...r, fixedShare: true } : r;
+    return withFloated(fixed ? { ...r, fixedShare: true } : r, next ? b.nextFloated : 0);
   }
 
   /**
@@ -116,6 +116,9 @@ export abstract class NodeReports extends NodeDemand {
       selfGrant: b.selfIssued > 0,
       seen: b.seen,
     };
-    return fixed ? { ...r, fixedShare: true } : r;
+    return withFloated(fixed ? { ...r, fixedShare: true } : r, b.floated);
   }
 }
+
+/** `r` saying `floated` of its credit came out of an owner's float, when any did (`Report.floated`). */
+const withFloated = (r: Report, floated: number): Report => (floated > 0 ? { ...r, floated } : r);

@@ -53,10 +53,7 @@ function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedM
         const reported = lease.reported;
         const merged = reports.merge(e.batch.nodeId, lease, r);
         lease.reported = reported;
-        if (!merged) {
-          lease.issued = Math.max(lease.issued, r.issued);
-          reports.absorb(e.batch.nodeId, lease, r, r.selfGrant);
-        }
+        if (!merged) reports.absorb(e.batch.nodeId, lease, r, r.selfGrant);
       }
       continue;
     }

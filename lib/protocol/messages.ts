@@ -22,6 +22,12 @@ export interface CreditRequest {
   /** Boundary self-grant (F4) and released credit of this lease, as in a report. */
   readonly selfIssued: number;
   readonly released: number;
+  /**
+   * Credit issued on this lease and the part of it out of a float, as in a report: an owner that
+   * replayed a log which lost a grant counts what it said before it answers. Absent from older releases.
+   */
+  readonly issued?: number;
+  readonly floated?: number;
   /** Credit needed now to admit the waiting request. */
   readonly need: number;
   /** Requests the node expects for this bucket over the next rounds. */
@@ -112,6 +118,11 @@ export interface Report {
    * (absent from releases before it was reported: the owner falls back to `spent`).
    */
   readonly seen?: number;
+  /**
+   * Part of `issued` that came out of an owner's float, as the grants applied say (`Grant.floated`):
+   * an owner replaying a log that lost the grant counts it once, as the float's. Absent means 0.
+   */
+  readonly floated?: number;
 }
 
 /** Everything one node reports for one shard in one round: one bus entry. */

@@ -74,8 +74,8 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const f = codec.seal('reports', batch);
     const body = JSON.parse(f.b) as { reports: unknown[][] } & Record<string, unknown>;
     body.compression = 'none';
-    // After the last fields this release knows (`fixedShare`, 0 when not set, and `seen`).
-    body.reports[0]!.push(0, 0, 42, 'future');
+    // After the last fields this release knows (`fixedShare`, 0 when not set, `seen` and `floated`).
+    body.reports[0]!.push(0, 0, 0, 42, 'future');
     const opened = codec.open({ ...resign(f, body), trace: 'abc' });
     expect(opened).to.deep.equal({ t: 'reports', body: { ...batch, reports: [{ ...batch.reports[0]!, seen: 0 }] } });
   });
@@ -147,10 +147,11 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
       selfGrant: true,
       fixedShare: true,
       seen: 22,
+      floated: 17,
     };
     const reports: ReportBatch = { shard: 1, nodeId: 'n', nodeEpoch: 'e', round: 2, reports: [report] };
     const f = codec.seal('reports', reports);
-    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]).to.deep.equal(['v1:r', 11, 12, 13, 14, 15, 16, 17, 18, 19, 20.5, 21.5, 1, 1, 22]);
+    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]).to.deep.equal(['v1:r', 11, 12, 13, 14, 15, 16, 17, 18, 19, 20.5, 21.5, 1, 1, 22, 17]);
     expect(codec.open(f).body).to.deep.equal(reports);
     const g: Grant = { type: 'grant', keyId: 'v1:g', windowId: 31, windowMs: 32, nodeId: 'gn', nodeEpoch: 'ge', lease: 33, ownerEpoch: 34, grantSeq: 35, issued: 36, floated: 7, late: 1 };
     const adjust = { type: 'adjust' as const, keyId: 'v1:a', windowId: 41, windowMs: 42, nodeId: 'an', nodeEpoch: 'ae', lease: 43, ownerEpoch: 44, keep: -1, exhausted: true, grantSeq: 45 };
@@ -175,10 +176,48 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
       demand: 59.5,
       fastPath: true,
       fixedShare: true,
+      issued: 60,
+      floated: 51,
     };
     const a = codec.seal('ask', { id: 4, nodeId: 'qn', nodeEpoch: 'qe', requests: [request] });
-    expect((JSON.parse(a.b) as { requests: unknown[][] }).requests[0]).to.deep.equal(['v1:q', 51, 52, 53, 'qn', 'qe', 54, 55, 56, 57, 58, 59.5, 1, 1]);
+    expect((JSON.parse(a.b) as { requests: unknown[][] }).requests[0]).to.deep.equal(['v1:q', 51, 52, 53, 'qn', 'qe', 54, 55, 56, 57, 58, 59.5, 1, 1, 60, 51]);
     expect(codec.open(a).body).to.deep.equal({ id: 4, nodeId: 'qn', nodeEpoch: 'qe', requests: [request] });
+  });
+
+  it('carries the part of issued that came out of a float in reports and asks, never more than issued', () => {
+    const floated: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, seen: 9, floated: 4 }] };
+    const f = codec.seal('reports', floated);
+    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]!.slice(13)).to.deep.equal([0, 9, 4]);
+    expect(codec.open(f).body).to.deep.equal(floated);
+    // Without `seen` (a report ahead), it is written as `spent`: what an owner reads when absent.
+    const ahead: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, floated: 4 }] };
+    expect(codec.open(codec.seal('reports', ahead)).body).to.deep.equal({ ...batch, reports: [{ ...batch.reports[0]!, seen: 7, floated: 4 }] });
+    const body = JSON.parse(f.b) as { reports: unknown[][] };
+    body.reports[0]![15] = 11;
+    rejects(resign(f, body), 'malformed', /^reports\[0\]\.floated: must not be more than issued/);
+
+    const request = {
+      keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
+      windowId: 5,
+      windowMs: 1000,
+      limit: 100,
+      nodeId: 'node-1',
+      nodeEpoch: 'e-1',
+      lease: 2,
+      spent: 7,
+      selfIssued: 0,
+      released: 0,
+      need: 1,
+      demand: 1,
+      fastPath: true,
+    };
+    const ask = { id: 1, nodeId: 'node-1', nodeEpoch: 'e-1', requests: [{ ...request, issued: 10, floated: 3 }, { ...request, issued: 10 }, request] };
+    const a = codec.seal('ask', ask);
+    expect((JSON.parse(a.b) as { requests: unknown[][] }).requests.map((r) => r.slice(13))).to.deep.equal([[0, 10, 3], [0, 10], []]);
+    expect(codec.open(a).body).to.deep.equal(ask);
+    const ab = JSON.parse(a.b) as { requests: unknown[][] };
+    ab.requests[1]!.push(11);
+    rejects(resign(a, ab), 'malformed', /^requests\[1\]\.floated: must not be more than issued/);
   });
 
   it('names the bad field however deep it is, and whichever record of a list holds it', () => {

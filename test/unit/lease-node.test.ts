@@ -405,6 +405,31 @@ describe('lease node: the decision path', () => {
       expect(bucket.credit).to.equal(0);
     });
 
+    it("states the part of its credit that came out of an owner's float in reports and asks, this window's and, once rolled in, the next's", () => {
+      const link = new RecordingLink(() => []);
+      const clock = new FakeClock();
+      const node = makeNode(link, clock);
+      node.acquire(KEY, one);
+      const req = link.requests[0]![0]!;
+      node.applyGrant({ ...grantFor(req, 3, 1), floated: 1 });
+      node.applyGrant({ ...grantFor(req, 2, 2), floated: 2 }); // an older owner's, late: issued stays 3
+      node.applyGrant({ ...grantFor(req, 5, 3), windowId: req.windowId + 1, floated: 4 });
+      const reports = (): Array<[number, number, number | undefined]> =>
+        node
+          .endRound()
+          .flatMap((x) => x.reports)
+          .map((r) => [r.windowId - req.windowId, r.issued, r.floated]);
+      expect(reports()).to.deep.equal([[0, 3, 2]]);
+      for (let i = 0; i < 3; i++) expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+      reports();
+      reports(); // the ask answered with nothing at first sight blocked two rounds
+      expect((node.acquire(KEY, one) as Denied).admitted).to.equal(false);
+      expect(link.requests.at(-1)!.map((q) => [q.issued, q.floated])).to.deep.equal([[3, 2]]);
+      clock.advance(node.buckets.peek(KEY)!.buckets[0]!.windowEnd - clock.now());
+      expect(node.acquire(KEY, one)).to.deep.equal({ admitted: true });
+      expect(reports()).to.deep.include([1, 5, 4]);
+    });
+
     it('a grant for a past window is ignored', () => {
       const { node, req, bucket } = setup();
       expect(node.applyGrant({ ...grantFor(req, 50, 1), windowId: req.windowId - 1 })).to.equal(false);

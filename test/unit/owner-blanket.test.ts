@@ -155,6 +155,29 @@ describe('owner blankets: a window’s first ask answered before its log write',
     expect(c.committed(k2.keyId, W, k2.windowId)).to.equal(1);
   });
 
+  it('a later owner counts once the credit a lost answer took from the blanket: its node states it came from a float', () => {
+    const clock = new FakeClock(NOW);
+    const a = owner(clock);
+    const blankets = covered(a);
+    clock.set(LATER);
+    const k = keyAt(8, LATER);
+    const first = a.onCreditRequest(ask(k, 'n1', 5, 4, false))!;
+    a.logged([first]);
+    const answer = a.onCreditRequest(ask(k, 'n2', 5))!;
+    expect(answer).to.deep.include({ issued: 1, floated: 1 });
+    // `a` dies with that answer's grant out: the log holds its blankets and n1's grant of 4.
+    for (const says of [{ report: true }, { report: false }]) {
+      const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
+      b.replay([...blanketEntries(blankets), ...grantEntries([first])]);
+      expect(b.committed(k.keyId, W, k.windowId)).to.equal(5);
+      if (says.report) {
+        const report = { keyId: k.keyId, windowId: k.windowId, windowMs: W, limit: 5, lease: 1, seq: 1, spent: 0, issued: 1, selfIssued: 0, released: 0, demand: 0, held: 1, selfGrant: false };
+        b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [{ ...report, floated: 1 }] });
+      } else b.onCreditRequest({ ...ask(k, 'n2', 5, 1, false), spent: 1, issued: 1, floated: 1 });
+      expect(b.committed(k.keyId, W, k.windowId), `after n2's ${says.report ? 'report' : 'ask'}: 4 + 1, not 4 + 1 + 1`).to.equal(5);
+    }
+  });
+
   it('costs a window nothing after owners that gave the shard up cleanly, nor one that started before them', () => {
     const clock = new FakeClock(NOW);
     const TEN_MIN = 600_000;
