@@ -14,6 +14,11 @@ export interface Lease {
   /** Part of `issued` moved out of a float: committed already, as the float's. */
   floated: number;
   /**
+   * Part of `issued` the node says came out of a float (its reports' and asks' `floated`): beyond
+   * `floated`, out of an earlier owner's float whose grant to it the log lost (`tally`).
+   */
+  saidFloated: number;
+  /**
    * Largest `issued − floated` of a grant of this lease known to be on record in the log, under owner
    * epoch `recordEpoch` (after a change of epoch — Redis may have lost the log — nothing is known).
    */
@@ -205,6 +210,7 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
     float: nodeEpoch.startsWith(FLOAT_PREFIX),
     issued: 0,
     floated: 0,
+    saidFloated: 0,
     onRecord: 0,
     recordEpoch: 0,
     reported: 0,

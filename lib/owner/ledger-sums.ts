@@ -20,17 +20,33 @@ export function committed(l: Ledger): number {
 /**
  * A ledger's sums: nodes' leases' issued + self-granted − released − floated, plus what they spent
  * beyond it (`direct`), floats' issued, and what leases took from floats.
+ *
+ * A node may say more of its credit came out of a float than the grants known here do
+ * (`Lease.saidFloated`): an earlier owner answered it from its float and failed before that grant's
+ * log write. The float's record (its grant, or its blanket) counts that credit already, so it moves
+ * from direct to floated — but only as far as earlier owners' floats known here hold more than what
+ * is known to have moved out of floats. Beyond that (the float's record lost with Redis's data too)
+ * it stays the node's: this owner's own float never stands for it.
  */
 export function tally(l: Ledger): { direct: number; floats: number; floated: number } {
   let direct = 0;
   let floats = 0;
   let floated = 0;
+  let said = 0;
   for (const lease of l.leases) {
     if (lease.float) floats += lease.issued;
-    else direct += lease.issued + lease.selfIssued - lease.released - lease.floated + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
+    else {
+      direct += lease.issued + lease.selfIssued - lease.released - lease.floated + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
+      said += Math.max(0, Math.min(lease.saidFloated, lease.issued) - lease.floated);
+    }
     floated += lease.floated;
   }
-  return { direct, floats, floated };
+  if (said === 0) return { direct, floats, floated };
+  // Earlier owners' floats: all but this owner's own, and what is known to have moved out of them.
+  const earlier = floats - (l.float?.lease.issued ?? 0);
+  const movedOut = floated - (l.float?.moved ?? 0);
+  const counted = Math.min(said, Math.max(0, earlier - movedOut));
+  return { direct: direct - counted, floats, floated: floated + counted };
 }
 
 /** Admissions merged from reports into a ledger, summed over its leases and node epochs (0 for none). */

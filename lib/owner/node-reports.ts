@@ -48,14 +48,12 @@ export class NodeReports {
    * Takes a lease's cumulative counts from a request or a report (max: duplicates and reorders change
    * nothing). The first time a node's self_grant flag is seen, grants to it are withheld a round (F4).
    * What the node says it was issued counts too: a grant this owner's ledger missed (an earlier
-   * owner's, or one from before the ledger was swept) is still committed. And what it says of that
-   * came out of a float counts once, as the float's (`committed`), even if this owner replayed a log
-   * that lost the grant saying so: the float's own record (its grant, or its blanket) counts it.
+   * owner's, or one from before the ledger was swept) is still committed; and what it says of that
+   * came out of a float (`tally` counts it once, as an earlier owner's float's, where it can).
    */
   absorb(nodeId: string, lease: Lease, c: { spent: number; selfIssued: number; released: number; issued?: number; floated?: number }, selfGrant: boolean): void {
     if (c.issued !== undefined) lease.issued = Math.max(lease.issued, c.issued);
-    // Never more than issued: a node's float part is of its own issued, which is counted first.
-    if (c.floated !== undefined) lease.floated = Math.max(lease.floated, Math.min(c.floated, lease.issued));
+    if (c.floated !== undefined) lease.saidFloated = Math.max(lease.saidFloated, c.floated);
     lease.spent = Math.max(lease.spent, c.spent);
     lease.selfIssued = Math.max(lease.selfIssued, c.selfIssued);
     lease.released = Math.max(lease.released, c.released);

@@ -161,21 +161,70 @@ describe('owner blankets: a window’s first ask answered before its log write',
     const blankets = covered(a);
     clock.set(LATER);
     const k = keyAt(8, LATER);
-    const first = a.onCreditRequest(ask(k, 'n1', 5, 4, false))!;
+    const first = a.onCreditRequest(ask(k, 'n1', 10, 4, false))!;
     a.logged([first]);
-    const answer = a.onCreditRequest(ask(k, 'n2', 5))!;
+    const answer = a.onCreditRequest(ask(k, 'n2', 10))!;
     expect(answer).to.deep.include({ issued: 1, floated: 1 });
-    // `a` dies with that answer's grant out: the log holds its blankets and n1's grant of 4.
-    for (const says of [{ report: true }, { report: false }]) {
-      const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
-      b.replay([...blanketEntries(blankets), ...grantEntries([first])]);
-      expect(b.committed(k.keyId, W, k.windowId)).to.equal(5);
-      if (says.report) {
-        const report = { keyId: k.keyId, windowId: k.windowId, windowMs: W, limit: 5, lease: 1, seq: 1, spent: 0, issued: 1, selfIssued: 0, released: 0, demand: 0, held: 1, selfGrant: false };
-        b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [{ ...report, floated: 1 }] });
-      } else b.onCreditRequest({ ...ask(k, 'n2', 5, 1, false), spent: 1, issued: 1, floated: 1 });
-      expect(b.committed(k.keyId, W, k.windowId), `after n2's ${says.report ? 'report' : 'ask'}: 4 + 1, not 4 + 1 + 1`).to.equal(5);
+    // `a` dies with that answer's grant out: the log holds its blankets and n1's grant of 4. Its
+    // successor hears n2 state its credit by a report or an ask, having answered n3 from its own
+    // float first, or not.
+    for (const says of ['report', 'ask']) {
+      for (const own of [false, true]) {
+        const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
+        b.replay([...blanketEntries(blankets), ...grantEntries([first])]);
+        expect(b.committed(k.keyId, W, k.windowId)).to.equal(5);
+        if (own) {
+          // n3's first ask is answered after its write and marks the window for a float; its next,
+          // from the float once that is on record.
+          b.refillFloats(all);
+          b.logged([b.onCreditRequest(ask(k, 'n3', 10))!]);
+          b.logged(b.refillFloats(all));
+          expect(b.onCreditRequest({ ...ask(k, 'n3', 10), spent: 1, issued: 1 })).to.deep.include({ issued: 2, floated: 1 });
+        }
+        if (says === 'report') {
+          const report = { keyId: k.keyId, windowId: k.windowId, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 1, selfIssued: 0, released: 0, demand: 0, held: 1, selfGrant: false };
+          b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [{ ...report, floated: 1 }] });
+        } else {
+          // An ask whose need its credit covers (one in flight, as far as the owner knows): nothing issued.
+          expect(b.onCreditRequest({ ...ask(k, 'n2', 10, 1, false), issued: 1, floated: 1 })).to.equal(undefined);
+        }
+        // n1's 4, n2's 1 (a's blanket's) and, with n3, its 2 and b's float's other 1.
+        const want = own ? 8 : 5;
+        expect(b.committed(k.keyId, W, k.windowId), `after n2's ${says}${own ? ', n3 answered' : ''}: ${want}, not ${want + 1}`).to.equal(want);
+      }
     }
+  });
+
+  it('counts a float part a node states against earlier owners’ floats it knows only: after a takeover that lost the log, it is the node’s', () => {
+    const clock = new FakeClock(NOW);
+    // A blind takeover: Redis lost the log, nothing is replayed, nodes' reports are all there is.
+    const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
+    covered(b);
+    clock.set(LATER);
+    const k = keyAt(9, LATER);
+    expect(b.onCreditRequest(ask(k, 'n1', 20))).to.deep.include({ issued: 1, floated: 1 });
+    const refill = b.refillFloats(all);
+    b.logged(refill);
+    expect(b.committed(k.keyId, W, k.windowId), 'n1’s 1 and the float’s 2 left').to.equal(3);
+    // n2 took 1 out of a float of the owner before, whose record Redis lost.
+    const report = {
+      keyId: k.keyId,
+      windowId: k.windowId,
+      windowMs: W,
+      limit: 20,
+      lease: 1,
+      seq: 1,
+      spent: 0,
+      issued: 1,
+      selfIssued: 0,
+      released: 0,
+      demand: 0,
+      held: 1,
+      selfGrant: false,
+      floated: 1,
+    };
+    b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [report] });
+    expect(b.committed(k.keyId, W, k.windowId), 'not counted against this owner’s own float').to.equal(4);
   });
 
   it('costs a window nothing after owners that gave the shard up cleanly, nor one that started before them', () => {
