@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { EnvelopeCodec, type BeatStatement } from '../../bus/codec.js';
 import { rendezvousOwner } from '../../bus/rendezvous.js';
-import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, windowLeftMs, withoutBlankets, type Member } from '../support/redis-members.js';
+import { BUS_SECRET, fleetSuite, limits, placeOf, ROUND_MS, SHARDS, until, windowLeftMs, withoutFloats, type Member } from '../support/redis-members.js';
 
 const codec = new EnvelopeCodec(BUS_SECRET.versions);
 /** Someone who can write to Redis but does not hold the bus secret. */
@@ -49,10 +49,10 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
     };
   };
   const rejected = (m: Member): number => m.bus.stats.rejected.mac + m.bus.stats.rejected.malformed + m.bus.stats.rejected.secret;
-  const pair = async (blankets = true): Promise<[Member, Member, number]> => {
-    const join = (id: string): Member => (blankets ? ctx.join(id) : withoutBlankets(ctx.join(id)));
-    const a = join('a');
-    const b = join('b');
+  /** Two members, each shaped by `shape` as it joins, owning shards and settled. */
+  const pair = async (shape = (m: Member): Member => m): Promise<[Member, Member, number]> => {
+    const a = shape(ctx.join('a'));
+    const b = shape(ctx.join('b'));
     await Promise.all([a.bus.ready(), b.bus.ready()]);
     await until(() => a.bus.ownedShards().length > 0 && b.bus.ownedShards().length > 0, 'both to own shards');
     const shard = a.bus.ownedShards()[0]!;
@@ -194,10 +194,12 @@ describe('fleet state in Redis is authenticated (real redis-server): what a writ
   });
 
   it('an owner whose log a later owner fenced stops serving that shard at once and hands out nothing more', async () => {
-    // Without blankets: with them, b may answer a window's first ask from its blanket (on record
-    // through the blanket, which a later owner counts: blanket.test.ts), and the refused write of that
-    // grant then tells b of the fence with no grant withheld (a run beside busy loops timed out so).
-    const [a, b] = await pair(false);
+    // Without floats (nor blankets, which need them): b's only log writes are then the grants asked
+    // for. With them, a write of b's float (a refill, or a grant answered from its blanket) could
+    // meet the fence first and tell b of it with no grant withheld: runs beside busy loops timed out
+    // so. What floats and blankets may hand out before a write is covered in fast-path.test.ts and
+    // blanket.test.ts.
+    const [a, b] = await pair(withoutFloats);
     const first = keyOwnedBy(a, 'b', 'before');
     const { shard } = placeOf(first);
     // (Asked again while an ask misses its deadline on a starved machine.)

@@ -79,6 +79,15 @@ export function withoutBlankets(m: Member): Member {
   return m;
 }
 
+/**
+ * `m` whose owner side keeps no floats (nor, so, blankets): every grant it issues waits for its own log
+ * write, and it writes nothing to a shard's log but grants asked for.
+ */
+export function withoutFloats(m: Member): Member {
+  m.owner.refillFloats = () => [];
+  return m;
+}
+
 /** Polls `check` every 10 ms until it holds; throws with `what` after `ms` (`waitFor`, positionally). */
 export function until(check: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
   return waitFor(check, { what, timeoutMs: ms });
