@@ -21,6 +21,11 @@ export function leaseTarget(demand: number, roundsLeft: number, demandRounds: nu
 /** Rounds of its demand a busy lease gets whatever the room, and keeps when recalled (`lib/owner/sizing.ts`). */
 export const BUSY_ROUNDS = 2;
 
+/** What a node advertising `demand` (over `demandRounds`) spends in `n` rounds, rounded up. */
+export function demandIn(demand: number, n: number, demandRounds: number): number {
+  return Math.ceil((demand * n) / demandRounds);
+}
+
 /**
  * What a recalled lease keeps. Below one request's worth a lease keeps nothing: `leaseTarget` gives
  * it no lease. A busier one keeps what it spends in BUSY_ROUNDS, at most ⌈demand × h⌉: the node gives
@@ -28,5 +33,5 @@ export const BUSY_ROUNDS = 2;
  */
 export function recallKeep(demand: number, demandRounds: number, headroom: number): number {
   const base = demand * headroom;
-  return base < 1 ? 0 : Math.min(Math.ceil(base), Math.ceil((demand * BUSY_ROUNDS) / demandRounds));
+  return base < 1 ? 0 : Math.min(Math.ceil(base), demandIn(demand, BUSY_ROUNDS, demandRounds));
 }

@@ -83,13 +83,14 @@ export abstract class NodeDemand extends NodeState {
 
   /**
    * Whether a bucket that spent this round, advertising `demand` (`demandOf`), may put its report
-   * off: a standing lease whose owner has its demand already and would not top it up yet, as it holds at least ⌊demand × h⌋ (below which an
-   * owner refills a lease while its pool is plentiful: `topUp` in `lib/fold-owner.ts`), and more than
-   * a recall would leave it (or the owner, counting it as holding more than it does, would recall for
-   * nothing). Counts are cumulative, so the report it sends once its credit runs low, its window ends
-   * or its rate fades says it all; one per request would cost a batch, a seal and a write each way for
-   * a key seen every second or so, and a top-up of one. Safety does not hang on it: an owner issues
-   * only what it has not issued, and counts what it does not know was spent as held.
+   * off: a standing lease whose owner has its demand already and would not top it up yet, as it holds
+   * at least ⌊demand × h⌋ (below which an owner refills a lease while its pool is plentiful: `topUp`
+   * in `lib/fold-owner.ts`), and more than a recall would leave it (or the owner, counting it as
+   * holding more than it does, would recall for nothing). Counts are cumulative, so the report it
+   * sends once its credit runs low, its window ends or its rate fades says it all; one per request
+   * would cost a batch, a seal and a write each way for a key seen every second or so, and a top-up
+   * of one. Safety does not hang on it: an owner issues only what it has not issued, and counts what
+   * it does not know was spent as held.
    */
   protected mayWait(b: Bucket, limit: number, demand: number): boolean {
     if (b.selfIssued > 0) return false;
@@ -123,11 +124,11 @@ export abstract class NodeDemand extends NodeState {
 
   /**
    * Gives back credit this node is not going to need (L1): above twice what the lease-size rule
-   * (`lib/lease-size.ts`) gives its `demand` now (`demandOf`), down to that. The owner sees the release in this
-   * round's report and can issue it where requests are. A standing lease keeps its whole size (no
-   * more) to its window's end: what it may strand is within its plan's budget already, and shedding
-   * part of it late in each window would cost a report and a top-up per key for credit nobody is
-   * short of.
+   * (`lib/lease-size.ts`) gives its `demand` now (`demandOf`), down to that. The owner sees the
+   * release in this round's report and can issue it where requests are. A standing lease keeps its
+   * whole size (no more) to its window's end: what it may strand is within its plan's budget
+   * already, and shedding part of it late in each window would cost a report and a top-up per key
+   * for credit nobody is short of.
    */
   protected shed(b: Bucket, limit: number, demand: number, now: number): void {
     if (b.credit <= 0) return;

@@ -1,4 +1,4 @@
-import { leaseTarget, recallKeep } from '../lease-size.js';
+import { demandIn, leaseTarget, recallKeep } from '../lease-size.js';
 import type { Lease, Ledger } from '../ledger-store.js';
 import type { FoldOwnerConfig } from './config.js';
 import { held } from './ledger-sums.js';
@@ -15,9 +15,9 @@ export const BUSY = 4;
 export class GrantSizing {
   constructor(private readonly cfg: FoldOwnerConfig) {}
 
-  /** What a node advertising `demand` (over `demandRounds`) spends in `n` rounds, rounded up. */
+  /** What a node advertising `demand` spends in `n` rounds, rounded up (`demandIn`). */
   rounds(demand: number, n: number): number {
-    return Math.ceil((demand * n) / this.cfg.demandRounds);
+    return demandIn(demand, n, this.cfg.demandRounds);
   }
 
   /** Credit a lease of `l` should hold for `demand` (`lib/lease-size.ts`). */
