@@ -284,8 +284,9 @@ export class FoldOwner {
   /**
    * Totals over the ledgers of windows still running: credit committed (issued + self-granted −
    * released) against their allowances: how much of the fleet's allowance is out on lease. Every
-   * grant keeps a ledger's committed within its allowance (L2); a failed owner's blanket may count one
-   * credit more in a window where it made no float (`lib/owner/blankets.ts`).
+   * grant keeps a ledger's committed within its allowance (L2); after a takeover a ledger may count
+   * more than was given out (ARCHITECTURE.md, the owner's arithmetic), and less only if Redis lost
+   * acknowledged writes.
    */
   totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
     return runningTotals(this.ledgers.all(), nowMs);

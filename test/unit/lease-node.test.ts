@@ -412,7 +412,7 @@ describe('lease node: the decision path', () => {
       node.acquire(KEY, one);
       const req = link.requests[0]![0]!;
       node.applyGrant({ ...grantFor(req, 3, 1), floated: 1 });
-      node.applyGrant({ ...grantFor(req, 2, 2), floated: 2 }); // an older owner's, late: issued stays 3
+      node.applyGrant({ ...grantFor(req, 2, 2), floated: 2 }); // a lower total at a higher seq: issued stays 3
       node.applyGrant({ ...grantFor(req, 5, 3), windowId: req.windowId + 1, floated: 4 });
       const reports = (): Array<[number, number, number | undefined]> =>
         node
