@@ -1,6 +1,6 @@
 import type { Blanket } from '../lib/owner/blankets.js';
-import type { Adjust, CreditRequest, Grant, OwnerMessage, Report } from '../lib/protocol/messages.js';
-import { at, bad, bool, int, num, posint, record, str, uint, type Reader } from './body-readers.js';
+import type { Adjust, CreditRequest, Grant, LeaseRef, OwnerMessage, Report } from '../lib/protocol/messages.js';
+import { at, bad, bool, int, num, posint, record, str, uint, type Fields, type Reader } from './body-readers.js';
 
 /*
  * The leasing protocol's records as the bus carries them (`bus/bodies.ts` puts them in bodies):
@@ -26,6 +26,40 @@ function floatedAt(v: unknown, i: number, issued: number, p: string): number {
   return floated;
 }
 
+/**
+ * `rec` (of `n` fields) followed by the `fixedShare` flag, its `middle` field and `floated`, each
+ * written when it or a later one says something (the flag as 0, `middle` as `fill`) and read when
+ * present; `floated` never more than `bound` says.
+ */
+function tailed<T extends { readonly fixedShare?: boolean; readonly floated?: number }>(
+  rec: { encode: (x: T) => unknown[]; decode: Reader<T> },
+  n: number,
+  middle: 'seen' | 'issued',
+  fill: (x: T) => number,
+  bound: (x: T) => number,
+): { encode: (x: T) => unknown[]; decode: (v: unknown, p: string) => T } {
+  return {
+    encode: (x) => {
+      const out = rec.encode(x);
+      const mid = (x as Record<string, unknown>)[middle] as number | undefined;
+      const floated = x.floated ?? 0;
+      if (mid !== undefined || floated > 0) out.push(x.fixedShare === true ? 1 : 0, mid ?? fill(x));
+      else if (x.fixedShare === true) out.push(1);
+      if (floated > 0) out.push(floated);
+      return out;
+    },
+    decode: (v, p) => {
+      const x = rec.decode(v, p) as Writable<T>;
+      if (tail(v, n, bool, at(p, '.fixedShare')) === true) x.fixedShare = true;
+      const mid = tail(v, n + 1, uint, at(p, `.${middle}`));
+      if (mid !== undefined) (x as Record<string, unknown>)[middle] = mid;
+      const floated = floatedAt(v, n + 2, bound(x), p);
+      if (floated > 0) x.floated = floated;
+      return x;
+    },
+  };
+}
+
 const reportFields = record<Report>([
   ['keyId', str],
   ['windowId', uint],
@@ -42,31 +76,6 @@ const reportFields = record<Report>([
   ['selfGrant', bool],
 ]);
 const REPORT_FIELDS = 13;
-
-/**
- * A report: its fields, then the `fixedShare` flag (a release that does not know it reads leasing:
- * demand-sized grants, still within the allowance), `seen` (requests offered; before it was
- * reported, the owner took `spent`, which it is written as when unknown) and `floated`.
- */
-export const reportRec = {
-  encode: (r: Report): unknown[] => {
-    const out = reportFields.encode(r);
-    const floated = r.floated ?? 0;
-    if (r.seen !== undefined || floated > 0) out.push(r.fixedShare === true ? 1 : 0, r.seen ?? r.spent);
-    else if (r.fixedShare === true) out.push(1);
-    if (floated > 0) out.push(floated);
-    return out;
-  },
-  decode: (v: unknown, p: string): Report => {
-    const r: Writable<Report> = reportFields.decode(v, p);
-    if (tail(v, REPORT_FIELDS, bool, at(p, '.fixedShare')) === true) r.fixedShare = true;
-    const seen = tail(v, REPORT_FIELDS + 1, uint, at(p, '.seen'));
-    if (seen !== undefined) r.seen = seen;
-    const floated = floatedAt(v, REPORT_FIELDS + 2, r.issued, p);
-    if (floated > 0) r.floated = floated;
-    return r;
-  },
-};
 
 const requestFields = record<CreditRequest>([
   ['keyId', str],
@@ -85,27 +94,30 @@ const requestFields = record<CreditRequest>([
 ]);
 const REQUEST_FIELDS = 13;
 
-/** A credit request: its fields, then the `fixedShare` flag (as a report's), `issued` and `floated`. */
-export const requestRec = {
-  encode: (q: CreditRequest): unknown[] => {
-    const out = requestFields.encode(q);
-    if (q.issued !== undefined) out.push(q.fixedShare === true ? 1 : 0, q.issued);
-    else if (q.fixedShare === true) out.push(1);
-    if (q.issued !== undefined && (q.floated ?? 0) > 0) out.push(q.floated);
-    return out;
-  },
-  decode: (v: unknown, p: string): CreditRequest => {
-    const q: Writable<CreditRequest> = requestFields.decode(v, p);
-    if (tail(v, REQUEST_FIELDS, bool, at(p, '.fixedShare')) === true) q.fixedShare = true;
-    const issued = tail(v, REQUEST_FIELDS + 1, uint, at(p, '.issued'));
-    if (issued !== undefined) q.issued = issued;
-    const floated = floatedAt(v, REQUEST_FIELDS + 2, issued ?? 0, p);
-    if (floated > 0) q.floated = floated;
-    return q;
-  },
-};
+/**
+ * A report: its fields, then the `fixedShare` flag (a release that does not know it reads leasing:
+ * demand-sized grants, still within the allowance), `seen` (requests offered; before it was
+ * reported, the owner took `spent`, which it is written as when unknown) and `floated`.
+ */
+export const reportRec = tailed(
+  reportFields,
+  REPORT_FIELDS,
+  'seen',
+  (r) => r.spent,
+  (r) => r.issued,
+);
 
-const grantRec = record<Omit<Grant, 'type'>>([
+/** A credit request: its fields, then the `fixedShare` flag (as a report's), `issued` and `floated`. */
+export const requestRec = tailed(
+  requestFields,
+  REQUEST_FIELDS,
+  'issued',
+  (q) => q.floated ?? 0,
+  (q) => q.issued ?? 0,
+);
+
+/** Which lease an owner's message is about (`LeaseRef`): the first fields of a grant and an adjustment. */
+const leaseRef: Fields<LeaseRef> = [
   ['keyId', str],
   ['windowId', uint],
   ['windowMs', posint],
@@ -113,9 +125,9 @@ const grantRec = record<Omit<Grant, 'type'>>([
   ['nodeEpoch', str],
   ['lease', uint],
   ['ownerEpoch', posint],
-  ['grantSeq', posint],
-  ['issued', uint],
-]);
+];
+
+const grantRec = record<Omit<Grant, 'type'>>([...leaseRef, ['grantSeq', posint], ['issued', uint]]);
 const GRANT_FIELDS = 9;
 
 export const blanketRec = record<Blanket>([
@@ -128,18 +140,7 @@ export const blanketRec = record<Blanket>([
   ['retired', bool],
 ]);
 
-const adjustRec = record<Omit<Adjust, 'type'>>([
-  ['keyId', str],
-  ['windowId', uint],
-  ['windowMs', posint],
-  ['nodeId', str],
-  ['nodeEpoch', str],
-  ['lease', uint],
-  ['ownerEpoch', posint],
-  ['keep', int],
-  ['exhausted', bool],
-  ['grantSeq', uint],
-]);
+const adjustRec = record<Omit<Adjust, 'type'>>([...leaseRef, ['keep', int], ['exhausted', bool], ['grantSeq', uint]]);
 
 /** A grant's fields, then `floated` (0 for none), then `late` (1, or left out). */
 export const decodeGrant: Reader<Grant> = (v, p) => {

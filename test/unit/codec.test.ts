@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { createHmac } from 'node:crypto';
 import { EnvelopeCodec, EnvelopeError, type EnvelopeFields } from '../../bus/codec.js';
 import { ConfigError } from '../../lib/errors.js';
-import type { Grant, ReportBatch } from '../../lib/protocol/messages.js';
+import type { CreditRequest, Grant, ReportBatch } from '../../lib/protocol/messages.js';
 
 const SECRET = 'bus-secret-0123456789';
 const codec = new EnvelopeCodec([{ version: 'b1', secret: SECRET }]);
@@ -15,6 +15,22 @@ const batch: ReportBatch = {
   reports: [
     { keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA', windowId: 5, windowMs: 1000, limit: 100, lease: 2, seq: 12, spent: 7, issued: 10, selfIssued: 0, released: 1, demand: 2.5, held: 2, selfGrant: false },
   ],
+};
+/** A credit request, leasing, stating no issued credit (a previous release's). */
+const request: CreditRequest = {
+  keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
+  windowId: 5,
+  windowMs: 1000,
+  limit: 100,
+  nodeId: 'node-1',
+  nodeEpoch: 'e-1',
+  lease: 2,
+  spent: 0,
+  selfIssued: 0,
+  released: 0,
+  need: 1,
+  demand: 1,
+  fastPath: true,
 };
 const grant: Grant = { type: 'grant', keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA', windowId: 5, windowMs: 1000, nodeId: 'node-1', nodeEpoch: 'e-1', lease: 2, ownerEpoch: 7, grantSeq: 3, issued: 10 };
 
@@ -92,21 +108,6 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     expect((JSON.parse(codec.seal('reports', batch).b) as { reports: unknown[][] }).reports[0]).to.have.length(13);
     const current: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, seen: 3 }] };
     expect((JSON.parse(codec.seal('reports', current).b) as { reports: unknown[][] }).reports[0]).to.have.length(15);
-    const request = {
-      keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
-      windowId: 5,
-      windowMs: 1000,
-      limit: 100,
-      nodeId: 'node-1',
-      nodeEpoch: 'e-1',
-      lease: 2,
-      spent: 0,
-      selfIssued: 0,
-      released: 0,
-      need: 1,
-      demand: 1,
-      fastPath: true,
-    };
     const ask = { id: 1, nodeId: 'node-1', nodeEpoch: 'e-1', requests: [{ ...request, fixedShare: true }, request] };
     expect(codec.open(codec.seal('ask', ask)).body).to.deep.equal(ask);
     // Requests seen, after the flag (written 0 when not set); a report without it is a previous release's.
@@ -196,22 +197,7 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     body.reports[0]![15] = 11;
     rejects(resign(f, body), 'malformed', /^reports\[0\]\.floated: must not be more than issued/);
 
-    const request = {
-      keyId: 'v1:AAAAAAAAAAAAAAAAAAAAAA',
-      windowId: 5,
-      windowMs: 1000,
-      limit: 100,
-      nodeId: 'node-1',
-      nodeEpoch: 'e-1',
-      lease: 2,
-      spent: 7,
-      selfIssued: 0,
-      released: 0,
-      need: 1,
-      demand: 1,
-      fastPath: true,
-    };
-    const ask = { id: 1, nodeId: 'node-1', nodeEpoch: 'e-1', requests: [{ ...request, issued: 10, floated: 3 }, { ...request, issued: 10 }, request] };
+    const ask = { id: 1, nodeId: 'node-1', nodeEpoch: 'e-1', requests: [{ ...request, spent: 7, issued: 10, floated: 3 }, { ...request, spent: 7, issued: 10 }, request] };
     const a = codec.seal('ask', ask);
     expect((JSON.parse(a.b) as { requests: unknown[][] }).requests.map((r) => r.slice(13))).to.deep.equal([[0, 10, 3], [0, 10], []]);
     expect(codec.open(a).body).to.deep.equal(ask);
