@@ -11,17 +11,13 @@ export interface Lease {
   /** An owner's float (`FLOAT_PREFIX`): credit it logged as issued to itself, for asks. */
   readonly float: boolean;
   issued: number;
-  /**
-   * Part of `issued` that came out of floats, as far as known: the most any grant of it (replayed),
-   * report or ask said, plus what this owner moved out of its own floats since. What its grants
-   * state, so a node learns the whole of it whichever owners gave it.
-   */
+  /** Part of `issued` moved out of a float: committed already, as the float's. */
   floated: number;
   /**
-   * Part of `floated` this owner process moved out of its own floats: counted as theirs. The rest
-   * came out of earlier owners' floats and counts as theirs only as far as they hold it (`tally`).
+   * Part of `issued` the node says came out of a float (its reports' and asks' `floated`): beyond
+   * `floated`, out of an earlier owner's float whose grant to it the log lost (`tally`).
    */
-  ownMoved: number;
+  saidFloated: number;
   /**
    * Largest `issued − floated` of a grant of this lease known to be on record in the log, under owner
    * epoch `recordEpoch` (after a change of epoch — Redis may have lost the log — nothing is known).
@@ -214,7 +210,7 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
     float: nodeEpoch.startsWith(FLOAT_PREFIX),
     issued: 0,
     floated: 0,
-    ownMoved: 0,
+    saidFloated: 0,
     onRecord: 0,
     recordEpoch: 0,
     reported: 0,

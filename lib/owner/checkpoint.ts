@@ -98,7 +98,7 @@ export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: Ended
         demand: lease.demand,
         held: Math.max(0, held(lease)),
         selfGrant: lease.selfIssued > 0,
-        ...(lease.floated > 0 ? { floated: lease.floated } : {}),
+        ...(lease.saidFloated > 0 ? { floated: lease.saidFloated } : {}),
       });
     }
   }

@@ -52,7 +52,6 @@ export class Issuer {
     lease.issued += amount;
     if (fromFloat > 0) {
       lease.floated += fromFloat;
-      lease.ownMoved += fromFloat;
       ledger.float!.moved += fromFloat;
     }
     lease.grantSeq++;

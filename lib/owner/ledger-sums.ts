@@ -8,8 +8,9 @@ export function held(lease: Lease): number {
 
 /**
  * issued + self-granted − released over the leases, a float's credit counted once whether it is
- * still in the float or moved out to a lease (`tally`). A lease that spent more than that (a
- * degraded node's fail-open admissions, charged to the window) commits what it spent.
+ * still in the float or moved out to a lease — and never less than what leases say they took from
+ * floats, even if a float's own grant were missing from a replayed log. A lease that spent more than
+ * that (a degraded node's fail-open admissions, charged to the window) commits what it spent.
  */
 export function committed(l: Ledger): number {
   const t = tally(l);
@@ -17,35 +18,35 @@ export function committed(l: Ledger): number {
 }
 
 /**
- * A ledger's sums: nodes' leases' issued + self-granted − released, less what came out of floats,
- * plus what they spent beyond it (`direct`); floats' issued; and what leases took from floats.
+ * A ledger's sums: nodes' leases' issued + self-granted − released − floated, plus what they spent
+ * beyond it (`direct`), floats' issued, and what leases took from floats.
  *
- * What this owner process moved out of its own floats is theirs (`Lease.ownMoved`). The rest of a
- * lease's `floated` — what replayed grants, or the node itself, say came out of floats — came out
- * of earlier owners' floats, perhaps in a grant the log lost with its owner: their record (a grant,
- * or a blanket) counts that credit already, so it is theirs too, but only as far as earlier owners'
- * floats known here hold it all together. Beyond that (a float's record lost with Redis's data) it
- * stays the node's: this owner's own floats never stand for it.
+ * A node may say more of its credit came out of a float than the grants known here do
+ * (`Lease.saidFloated`): an earlier owner answered it from its float and failed before that grant's
+ * log write. The float's record (its grant, or its blanket) counts that credit already, so it moves
+ * from direct to floated — but only as far as earlier owners' floats known here hold more than what
+ * is known to have moved out of floats. Beyond that (the float's record lost with Redis's data too)
+ * it stays the node's: this owner's own float never stands for it.
  */
 export function tally(l: Ledger): { direct: number; floats: number; floated: number } {
-  const holder = l.float?.lease.nodeEpoch;
   let direct = 0;
   let floats = 0;
-  let own = 0;
-  let moved = 0;
-  let earlier = 0;
+  let floated = 0;
+  let said = 0;
   for (const lease of l.leases) {
-    if (lease.float) {
-      floats += lease.issued;
-      if (lease.nodeEpoch === holder) own += lease.issued;
-    } else {
-      direct += lease.issued + lease.selfIssued - lease.released - lease.ownMoved + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
-      moved += lease.ownMoved;
-      earlier += Math.max(0, Math.min(lease.floated, lease.issued) - lease.ownMoved);
+    if (lease.float) floats += lease.issued;
+    else {
+      direct += lease.issued + lease.selfIssued - lease.released - lease.floated + Math.max(0, lease.spent - (lease.issued + lease.selfIssued - lease.released));
+      said += Math.max(0, Math.min(lease.saidFloated, lease.issued) - lease.floated);
     }
+    floated += lease.floated;
   }
-  const counted = Math.min(earlier, floats - own);
-  return { direct: direct - counted, floats, floated: moved + counted };
+  if (said === 0) return { direct, floats, floated };
+  // Earlier owners' floats: all but this owner's own, and what is known to have moved out of them.
+  const earlier = floats - (l.float?.lease.issued ?? 0);
+  const movedOut = floated - (l.float?.moved ?? 0);
+  const counted = Math.min(said, Math.max(0, earlier - movedOut));
+  return { direct: direct - counted, floats, floated: floated + counted };
 }
 
 /** Admissions merged from reports into a ledger, summed over its leases and node epochs (0 for none). */

@@ -53,7 +53,7 @@ export class NodeReports {
    */
   absorb(nodeId: string, lease: Lease, c: { spent: number; selfIssued: number; released: number; issued?: number; floated?: number }, selfGrant: boolean): void {
     if (c.issued !== undefined) lease.issued = Math.max(lease.issued, c.issued);
-    if (c.floated !== undefined) lease.floated = Math.max(lease.floated, c.floated);
+    if (c.floated !== undefined) lease.saidFloated = Math.max(lease.saidFloated, c.floated);
     lease.spent = Math.max(lease.spent, c.spent);
     lease.selfIssued = Math.max(lease.selfIssued, c.selfIssued);
     lease.released = Math.max(lease.released, c.released);

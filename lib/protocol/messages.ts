@@ -57,9 +57,8 @@ export interface Grant extends LeaseRef {
   readonly grantSeq: number;
   readonly issued: number;
   /**
-   * Part of `issued` that came out of owners' floats (credit an owner logged as issued to itself ahead
-   * of asks), all of it as far as this owner knows: committed already, as the floats', so a replay
-   * counts it once. Absent means 0.
+   * Part of `issued` that came out of an owner's float (credit it logged as issued to itself ahead of
+   * asks): committed already, so a replay counts it once. Absent means 0.
    */
   readonly floated?: number;
   /**
@@ -120,8 +119,8 @@ export interface Report {
    */
   readonly seen?: number;
   /**
-   * Part of `issued` that came out of owners' floats, as the grants applied say (`Grant.floated`):
-   * an owner that replayed a log which lost such a grant counts it once, as the float's. Absent: 0.
+   * Part of `issued` that came out of an owner's float, as the grants applied say (`Grant.floated`):
+   * an owner replaying a log that lost the grant counts it once, as the float's. Absent means 0.
    */
   readonly floated?: number;
 }

@@ -195,37 +195,6 @@ describe('owner blankets: a window’s first ask answered before its log write',
     }
   });
 
-  it('a successor giving float credit to a lease that holds a lost float answer states the whole float part: counted once, then and after it', () => {
-    const clock = new FakeClock(NOW);
-    const a = owner(clock);
-    const blankets = covered(a);
-    clock.set(LATER);
-    const k = keyAt(10, LATER);
-    const first = a.onCreditRequest(ask(k, 'n1', 10, 4, false))!;
-    a.logged([first]);
-    expect(a.onCreditRequest(ask(k, 'n2', 10))).to.deep.include({ issued: 1, floated: 1 }); // lost with a
-    const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
-    const log: LogEntry[] = [...blanketEntries(blankets), ...grantEntries([first])];
-    b.replay(log);
-    b.refillFloats(all);
-    // n2 asks, stating its 1 out of a's float: a grant after its write, which marks the window for a
-    // float; then, once b's float is on record, one out of it.
-    const direct = b.onCreditRequest({ ...ask(k, 'n2', 10), spent: 1, issued: 1, floated: 1 })!;
-    expect(direct).to.deep.include({ issued: 2, floated: 1 });
-    b.logged([direct]);
-    const refill = b.refillFloats(all);
-    b.logged(refill);
-    const fromFloat = b.onCreditRequest({ ...ask(k, 'n2', 10), spent: 2, issued: 2, floated: 1 })!;
-    expect(fromFloat, 'a’s 1 and b’s 1: what the node holds out of floats').to.deep.include({ issued: 3, floated: 2 });
-    const floatOfB = refill[0]!.issued;
-    // n1's 4, n2's 3 (a's blanket's 1 among them) and what b's float has left.
-    expect(b.committed(k.keyId, W, k.windowId)).to.equal(4 + 3 + floatOfB - 1);
-    // A later owner replaying b's log counts the same, before n2 says anything.
-    const c = owner(clock, 9, { nodeId: 'h3', nodeEpoch: 'h3-e1' });
-    c.replay([...log, ...grantEntries([direct, ...refill, fromFloat])]);
-    expect(c.committed(k.keyId, W, k.windowId)).to.equal(4 + 3 + floatOfB - 1);
-  });
-
   it('counts a float part a node states against earlier owners’ floats it knows only: after a takeover that lost the log, it is the node’s', () => {
     const clock = new FakeClock(NOW);
     // A blind takeover: Redis lost the log, nothing is replayed, nodes' reports are all there is.
