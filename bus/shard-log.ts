@@ -85,15 +85,18 @@ export class ShardLog {
     const { ctx } = this;
     const writes: Array<Promise<boolean>> = [];
     for (const s of shards) {
-      const b = ctx.owner()?.retireBlanket?.(s);
-      if (b !== undefined) writes.push(this.appendBlanket(b));
+      const r = ctx.owner()?.retireBlanket?.(s);
+      if (r !== undefined) writes.push(this.appendBlanket(r.blanket, r.grants));
     }
     return Promise.allSettled(writes);
   }
 
-  /** A blanket as an entry of no grants on its shard's log, behind the fence, on the main connection. */
-  private appendBlanket(b: Blanket): Promise<boolean> {
-    return this.appendGrants(b.shard, this.ctx.codec.seal('grants', { shard: b.shard, grants: [], epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, this.ctx.redis);
+  /**
+   * A blanket as an entry on its shard's log, behind the fence, on the main connection: alone, or a
+   * retirement after the grants of the floats made under it (replayed before it).
+   */
+  private appendBlanket(b: Blanket, grants: Grant[] = []): Promise<boolean> {
+    return this.appendGrants(b.shard, this.ctx.codec.seal('grants', { shard: b.shard, grants, epoch: b.ownerEpoch, blanket: b }), b.ownerEpoch, this.ctx.redis);
   }
 
   /** Counts a log write in its shard's writes in flight: on two connections, a later one may finish first. */

@@ -40,8 +40,8 @@ export interface CreditOwner {
   /** The blankets to log now on the shards it serves (`lib/owner/blankets.ts`), and whether each write was taken. */
   blanketsDue?(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[];
   blanketLogged?(blanket: Blanket, taken: boolean): void;
-  /** A shard given up cleanly, every write back: its blanket's retirement to log, if any. */
-  retireBlanket?(shard: number): Blanket | undefined;
+  /** A shard given up cleanly, every write back: its blanket's retirement to log, if any, with its floats' grants. */
+  retireBlanket?(shard: number): { blanket: Blanket; grants: Grant[] } | undefined;
 }
 
 /** Identity of a connected node process. */

@@ -135,7 +135,7 @@ export class FoldOwner {
   }
 
   /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
-  retireBlanket(shard: number): Blanket | undefined {
+  retireBlanket(shard: number): { blanket: Blanket; grants: Grant[] } | undefined {
     return this.floats.retireBlanket(shard);
   }
 

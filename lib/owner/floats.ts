@@ -145,20 +145,30 @@ export class Floats {
     // A float lease of this epoch already issued to (it cannot be, as `l.float` was not it): no blanket.
     if (f.lease.issued !== 0) return;
     f.lease.issued = 1;
+    // Numbered as a grant of 1, so a checkpoint and the blanket's retirement can state it (`retireBlanket`).
+    f.lease.grantSeq = 1;
     f.onRecord = 1;
     f.blanket = true;
     this.stats.blanketFloats++;
   }
 
   /**
-   * The shard is given up cleanly (`Blankets.retire`): its blanket's retirement to log, if any. A
-   * float made under it is then on record only once a grant of it is: until its refill's write comes
-   * back (or, unrefilled, it is written again), it gives nothing — should this owner serve the shard
-   * again under the same owner epoch, a later owner would not count the retired blanket.
+   * The shard is given up cleanly (`Blankets.retire`): its blanket's retirement to log, if any, with
+   * the grants of the floats made under it and not refilled since — the blanket was their only
+   * record, and a later owner that counts what moved out of them must count them, not let another
+   * earlier owner's float stand for it. Such a float then gives nothing until a grant of it is on
+   * record: should this owner serve the shard again under the same owner epoch, the retirement may
+   * not have been taken.
    */
-  retireBlanket(shard: number): Blanket | undefined {
-    for (const l of this.ledgers.inShard(shard)) if (l.float?.blanket === true && l.float.onRecord <= 1) l.float.onRecord = 0;
-    return this.blankets.retire(shard);
+  retireBlanket(shard: number): { blanket: Blanket; grants: Grant[] } | undefined {
+    const grants: Grant[] = [];
+    for (const l of this.ledgers.inShard(shard)) {
+      if (l.float?.blanket !== true || l.float.onRecord > 1) continue;
+      l.float.onRecord = 0;
+      grants.push(this.issuer.restate(l, l.float.lease));
+    }
+    const blanket = this.blankets.retire(shard);
+    return blanket === undefined ? undefined : { blanket, grants };
   }
 
   /**

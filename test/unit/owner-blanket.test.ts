@@ -60,6 +60,8 @@ function covered(o: FoldOwner): Blanket[] {
 
 const blanketEntries = (bs: readonly Blanket[]): LogEntry[] => bs.map((blanket) => ({ kind: 'blanket', blanket }));
 const grantEntries = (gs: readonly Grant[]): LogEntry[] => gs.map((grant) => ({ kind: 'grant', grant }));
+/** A retirement (`retireBlanket`) as the log holds it: the grants of its floats, then the retired blanket. */
+const retirement = (r: { blanket: Blanket; grants: Grant[] }): LogEntry[] => [...grantEntries(r.grants), { kind: 'blanket', blanket: r.blanket }];
 const carried = (entries: readonly LogEntry[]): Blanket[] => entries.flatMap((e) => (e.kind === 'blanket' ? [e.blanket] : []));
 
 describe('owner blankets: a window’s first ask answered before its log write', () => {
@@ -250,7 +252,7 @@ describe('owner blankets: a window’s first ask answered before its log write',
       log = [...log, ...blanketEntries(written)];
       started.push(startingIn(written[0]!));
       // Given up cleanly (b), or failed (a): b's blankets are retired, a's still count.
-      if (id === 'b') log.push(...blanketEntries(ALL_SHARDS.map((s) => o.retireBlanket(s)!)));
+      if (id === 'b') log.push(...ALL_SHARDS.flatMap((s) => retirement(o.retireBlanket(s)!)));
       clock.advance(60_000);
     }
     const c = owner(clock, 9, { nodeId: 'c', nodeEpoch: 'c-e1' });
@@ -271,11 +273,36 @@ describe('owner blankets: a window’s first ask answered before its log write',
     // An ask off the fast path: from the pool, its grant logged before the answer; no float made.
     const g = a.onCreditRequest(ask(k, 'n', 2, 1, false))!;
     const retired = a.retireBlanket(k.shard)!;
-    const log = [...blanketEntries(written), ...grantEntries([g]), ...blanketEntries([retired])];
+    const log = [...blanketEntries(written), ...grantEntries([g]), ...retirement(retired)];
     const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
     b.replay(log);
     expect(b.committed(k.keyId, W, k.windowId), 'what was granted, and no more').to.equal(1);
     expect(b.onCreditRequest(ask(k, 'm', 2, 1, false))!.issued).to.equal(1);
+  });
+
+  it('a retirement logs the floats made under the blanket: what moved out of them is theirs, not another earlier float’s', () => {
+    const clock = new FakeClock(NOW);
+    const a = owner(clock);
+    const ofA = covered(a);
+    clock.advance(100);
+    // b takes the shards over (a, deposed, does not know yet) and writes its own blankets.
+    const b = owner(clock, 8, { nodeId: 'h2', nodeEpoch: 'h2-e1' });
+    b.replay(blanketEntries(ofA));
+    const ofB = covered(b);
+    clock.set(LATER);
+    const k = keyAt(14, LATER);
+    // a answers x from its blanket's float; that grant's write is refused by b's fence: lost.
+    expect(a.onCreditRequest(ask(k, 'x', 2))).to.deep.include({ issued: 1, floated: 1 });
+    // b answers y from its own blanket's float, logs it, and gives the shard up cleanly.
+    const y = b.onCreditRequest(ask(k, 'y', 2))!;
+    expect(y).to.deep.include({ issued: 1, floated: 1 });
+    b.logged([y]);
+    const retired = b.retireBlanket(k.shard)!;
+    expect(retired.grants.map((g) => [g.nodeEpoch, g.issued])).to.deep.equal([['float.h2-e1', 1]]);
+    const c = owner(clock, 9, { nodeId: 'h3', nodeEpoch: 'h3-e1' });
+    c.replay([...blanketEntries(ofA), ...blanketEntries(ofB), ...grantEntries([y]), ...retirement(retired)]);
+    expect(c.committed(k.keyId, W, k.windowId), 'x’s 1 (a’s blanket) and y’s 1 (b’s float)').to.equal(2);
+    expect(c.onCreditRequest(ask(k, 'z', 2, 1, false))).to.equal(undefined);
   });
 
   it('a float made under a blanket it retires gives nothing until a grant of it is on record', () => {
@@ -306,7 +333,7 @@ describe('owner blankets: a window’s first ask answered before its log write',
     a.logged([g], false);
     expect(a.retireBlanket(k.shard)).to.equal(undefined);
     const other = ALL_SHARDS.find((s) => s !== k.shard)!;
-    expect(a.retireBlanket(other)).to.deep.include({ shard: other, retired: true });
+    expect(a.retireBlanket(other)?.blanket).to.deep.include({ shard: other, retired: true });
   });
 
   it('a checkpoint carries the latest blanket written, whatever came back in what order', () => {
