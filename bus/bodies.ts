@@ -21,7 +21,8 @@ export interface Bodies {
    * Grants an owner issued, logged to the shard's log stream for a later owner's replay. `epoch`: the
    * writer's owner epoch, the signed copy of the entry's plain `epoch` field that fences the log
    * (`lua/snapshot.lua`); absent from an older release's entries. `blanket` (`lib/owner/blankets.ts`):
-   * alone in an entry, which a release that does not know it reads as one of no grants.
+   * alone in an entry, or a retirement after the grants of the floats made under it; a release that
+   * does not know it reads the grants only.
    */
   grants: { shard: number; grants: Grant[]; epoch?: number; blanket?: Blanket };
   /** An owner's checkpoint of a shard: its ledgers as grants and reports, replayed like the log. */

@@ -154,20 +154,22 @@ export class Floats {
 
   /**
    * The shard is given up cleanly (`Blankets.retire`): its blanket's retirement to log, if any, with
-   * the grants of the floats made under it and not refilled since — the blanket was their only
-   * record, and a later owner that counts what moved out of them must count them, not let another
-   * earlier owner's float stand for it. Such a float then gives nothing until a grant of it is on
-   * record: should this owner serve the shard again under the same owner epoch, the retirement may
-   * not have been taken.
+   * the grants of the floats made under it that gave credit out and have no refill on record — the
+   * blanket was their only record, and a later owner that counts what moved out of them must count
+   * them, not let another earlier owner's float stand for it (one that gave nothing is relied on by
+   * no grant, and costs nothing). Such a float then gives nothing until a grant of it is on record:
+   * should this owner serve the shard again under the same owner epoch, the retirement may not have
+   * been taken.
    */
   retireBlanket(shard: number): { blanket: Blanket; grants: Grant[] } | undefined {
+    const blanket = this.blankets.retire(shard);
     const grants: Grant[] = [];
     for (const l of this.ledgers.inShard(shard)) {
-      if (l.float?.blanket !== true || l.float.onRecord > 1) continue;
-      l.float.onRecord = 0;
-      grants.push(this.issuer.restate(l, l.float.lease));
+      const f = l.float;
+      if (f?.blanket !== true || f.onRecord > 1) continue;
+      f.onRecord = 0;
+      if (blanket !== undefined && f.moved > 0) grants.push({ ...this.issuer.restate(l, f.lease), ownerEpoch: blanket.ownerEpoch });
     }
-    const blanket = this.blankets.retire(shard);
     return blanket === undefined ? undefined : { blanket, grants };
   }
 

@@ -314,7 +314,7 @@ describe('owner blankets: a window’s first ask answered before its log write',
     // Wanting two: more than the blanket's float holds, so it is made and left unused.
     expect(a.onCreditRequest(ask(k, 'n', 10, 2))!.floated).to.equal(undefined);
     expect(a.float(k.keyId, W, k.windowId)).to.equal(1);
-    a.retireBlanket(k.shard);
+    expect(a.retireBlanket(k.shard)!.grants, 'a float that gave nothing: no grant relies on it').to.deep.equal([]);
     expect(a.float(k.keyId, W, k.windowId)).to.equal(0);
     // Its grant, written again a few rounds on (cumulative, the blanket's credit included), back
     // from the log: usable again.
