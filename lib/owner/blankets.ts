@@ -62,9 +62,9 @@ const covering = (b: Blanket, start: number, by = b.startsBy): boolean => start 
  * A later owner replaying the log counts the credit in every window the blanket covers (`inherit`),
  * whether or not the writer made the float there: it may have, and the grant that says so may be
  * lost with it. An owner that gives a shard up cleanly, every such grant on record, retires its
- * blanket (`retire`), logging with it the floats it made that gave credit out (`Floats.retireBlanket`):
- * the grants say all. So a window loses one credit only when its owner failed
- * while the window was running, having started in that owner's time — as an unused float does.
+ * blanket (`retire`), logging with it the floats it made that gave credit out
+ * (`Floats.retireBlanket`): the grants say all. So a window loses one credit only when its owner
+ * failed while the window was running, having started in that owner's time — as an unused float does.
  */
 export class Blankets {
   private readonly own = new Map<number, Own>();
@@ -127,8 +127,8 @@ export class Blankets {
   /**
    * The shard is given up cleanly: this owner answers no more asks there, and every grant and
    * blanket write it started has come back. If every grant with float credit was taken, its blanket
-   * is retired — the entry to log, after those, with its floats' grants (`Floats.retireBlanket`) — and
-   * forgotten; if one was not, later owners count it.
+   * is retired — the entry to log, after those, with its floats' grants (`Floats.retireBlanket`) —
+   * and forgotten; if one was not, later owners count it.
    */
   retire(shard: number): Blanket | undefined {
     const o = this.own.get(shard);
