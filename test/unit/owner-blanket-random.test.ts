@@ -17,8 +17,9 @@ import { FixedFleet, ownerConfig } from '../support/protocol.js';
  * unheard of), hears some nodes' reports, and serves on. What must hold after every step: the credit
  * nodes were given, with what the owner's float can still give, and what they spent never pass the
  * window's allowance; the owner never counts less committed than that credit (everything a node holds
- * is on record: its own grant, or a float's or a blanket's); and until a first failover, what it
- * counts never passes the allowance either.
+ * is on record: its own grant, or a float's or a blanket's); and what it counts never passes the
+ * allowance either — after a failover, once every live node has stated its counts, by no more than
+ * one credit per failed owner whose blanket covered the window.
  */
 const KEY = 'v1:BLANKETRANDOMBLANKET1';
 const W = 60_000;
