@@ -4,7 +4,7 @@ import { FakeClock } from '../../lib/clock.js';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import { BLANKET_SPAN_MS, type Blanket } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
-import { shardOf, type CreditRequest, type Grant } from '../../lib/protocol/messages.js';
+import { shardOf, type CreditRequest, type Grant, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs } from '../../lib/window.js';
 import { FixedFleet, ownerConfig } from '../support/protocol.js';
 
@@ -48,6 +48,27 @@ function owner(clock: FakeClock, epoch = 7, holder = HOLDER, fleet = new FixedFl
 
 function ask(k: Key, node: string, limit = 10, need = 1, fastPath = true): CreditRequest {
   return { keyId: k.keyId, windowId: k.windowId, windowMs: k.windowMs, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need, demand: 0, fastPath };
+}
+
+/** `node`'s report batch stating it holds `issued` unspent, `floated` of it out of a float. */
+function stating(k: Key, node: string, limit: number, issued: number, floated: number): ReportBatch {
+  const report = {
+    keyId: k.keyId,
+    windowId: k.windowId,
+    windowMs: k.windowMs,
+    limit,
+    lease: 1,
+    seq: 1,
+    spent: 0,
+    issued,
+    selfIssued: 0,
+    released: 0,
+    demand: 0,
+    held: issued,
+    selfGrant: false,
+    floated,
+  };
+  return { shard: k.shard, nodeId: node, nodeEpoch: `${node}-e1`, round: 1, reports: [report] };
 }
 
 /** Floats turned on (the bus's first round) and every shard's blanket written and taken: what was written. */
@@ -183,10 +204,8 @@ describe('owner blankets: a window’s first ask answered before its log write',
           b.logged(b.refillFloats(all));
           expect(b.onCreditRequest({ ...ask(k, 'n3', 10), spent: 1, issued: 1 })).to.deep.include({ issued: 2, floated: 1 });
         }
-        if (says === 'report') {
-          const report = { keyId: k.keyId, windowId: k.windowId, windowMs: W, limit: 10, lease: 1, seq: 1, spent: 0, issued: 1, selfIssued: 0, released: 0, demand: 0, held: 1, selfGrant: false };
-          b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [{ ...report, floated: 1 }] });
-        } else {
+        if (says === 'report') b.onReports(stating(k, 'n2', 10, 1, 1));
+        else {
           // An ask whose need its credit covers (one in flight, as far as the owner knows): nothing issued.
           expect(b.onCreditRequest({ ...ask(k, 'n2', 10, 1, false), issued: 1, floated: 1 })).to.equal(undefined);
         }
@@ -209,23 +228,7 @@ describe('owner blankets: a window’s first ask answered before its log write',
     b.logged(refill);
     expect(b.committed(k.keyId, W, k.windowId), 'n1’s 1 and the float’s 2 left').to.equal(3);
     // n2 took 1 out of a float of the owner before, whose record Redis lost.
-    const report = {
-      keyId: k.keyId,
-      windowId: k.windowId,
-      windowMs: W,
-      limit: 20,
-      lease: 1,
-      seq: 1,
-      spent: 0,
-      issued: 1,
-      selfIssued: 0,
-      released: 0,
-      demand: 0,
-      held: 1,
-      selfGrant: false,
-      floated: 1,
-    };
-    b.onReports({ shard: k.shard, nodeId: 'n2', nodeEpoch: 'n2-e1', round: 1, reports: [report] });
+    b.onReports(stating(k, 'n2', 20, 1, 1));
     expect(b.committed(k.keyId, W, k.windowId), 'not counted against this owner’s own float').to.equal(4);
   });
 
