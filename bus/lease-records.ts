@@ -1,6 +1,7 @@
 import type { Blanket } from '../lib/owner/blankets.js';
+import { HOLDERS_MAX, type Held, type Holder } from '../lib/owner/held.js';
 import type { Adjust, CreditRequest, Grant, LeaseRef, OwnerMessage, Report } from '../lib/protocol/messages.js';
-import { at, bad, bool, int, num, posint, record, str, uint, type Fields, type Reader } from './body-readers.js';
+import { at, bad, bool, int, list, num, posint, record, str, uint, type Fields, type Reader } from './body-readers.js';
 
 /*
  * The leasing protocol's records as the bus carries them (`bus/bodies.ts` puts them in bodies):
@@ -17,21 +18,22 @@ function tail<T>(v: unknown, i: number, r: Reader<T>, p: string): T | undefined 
 }
 
 /**
- * Trailing `floated` at `i`: the part of `issued` that came out of an owner's float (0 when absent),
- * never more than it. A release that ignores it counts more committed, never less.
+ * Trailing `name` at `i`: a part of `issued` (0 when absent), never more than it — `floated`, what
+ * came out of an owner's float, or `blanketed`, what the node took itself under a blanket. A release
+ * that ignores it counts more committed, never less.
  */
-function floatedAt(v: unknown, i: number, issued: number, p: string): number {
-  const floated = tail(v, i, uint, at(p, '.floated')) ?? 0;
-  if (floated > issued) bad(at(p, '.floated'), 'must not be more than issued');
-  return floated;
+function partAt(v: unknown, i: number, issued: number, p: string, name: 'floated' | 'blanketed' = 'floated'): number {
+  const part = tail(v, i, uint, at(p, `.${name}`)) ?? 0;
+  if (part > issued) bad(at(p, `.${name}`), 'must not be more than issued');
+  return part;
 }
 
 /**
- * `rec` (of `n` fields) followed by the `fixedShare` flag, its `middle` field and `floated`, each
- * written when it or a later one says something (the flag as 0, `middle` as `fill`) and read when
- * present; `floated` never more than `bound` says.
+ * `rec` (of `n` fields) followed by the `fixedShare` flag, its `middle` field, `floated` and
+ * `blanketed`, each written when it or a later one says something (the flag as 0, `middle` as
+ * `fill`) and read when present; the last two never more than `bound` says.
  */
-function tailed<T extends { readonly fixedShare?: boolean; readonly floated?: number }>(
+function tailed<T extends { readonly fixedShare?: boolean; readonly floated?: number; readonly blanketed?: number }>(
   rec: { encode: (x: T) => unknown[]; decode: Reader<T> },
   n: number,
   middle: 'seen' | 'issued',
@@ -43,9 +45,10 @@ function tailed<T extends { readonly fixedShare?: boolean; readonly floated?: nu
       const out = rec.encode(x);
       const mid = (x as Record<string, unknown>)[middle] as number | undefined;
       const floated = x.floated ?? 0;
-      if (mid !== undefined || floated > 0) out.push(x.fixedShare === true ? 1 : 0, mid ?? fill(x));
-      else if (x.fixedShare === true) out.push(1);
-      if (floated > 0) out.push(floated);
+      const blanketed = x.blanketed ?? 0;
+      const says = blanketed > 0 ? 4 : floated > 0 ? 3 : mid !== undefined ? 2 : x.fixedShare === true ? 1 : 0;
+      const trailing = [x.fixedShare === true ? 1 : 0, mid ?? fill(x), floated, blanketed];
+      for (let i = 0; i < says; i++) out.push(trailing[i]);
       return out;
     },
     decode: (v, p) => {
@@ -53,8 +56,10 @@ function tailed<T extends { readonly fixedShare?: boolean; readonly floated?: nu
       if (tail(v, n, bool, at(p, '.fixedShare')) === true) x.fixedShare = true;
       const mid = tail(v, n + 1, uint, at(p, `.${middle}`));
       if (mid !== undefined) (x as Record<string, unknown>)[middle] = mid;
-      const floated = floatedAt(v, n + 2, bound(x), p);
+      const floated = partAt(v, n + 2, bound(x), p);
       if (floated > 0) x.floated = floated;
+      const blanketed = partAt(v, n + 3, bound(x), p, 'blanketed');
+      if (blanketed > 0) x.blanketed = blanketed;
       return x;
     },
   };
@@ -97,7 +102,7 @@ const REQUEST_FIELDS = 13;
 /**
  * A report: its fields, then the `fixedShare` flag (a release that does not know it reads leasing:
  * demand-sized grants, still within the allowance), `seen` (requests offered; before it was
- * reported, the owner took `spent`, which it is written as when unknown) and `floated`.
+ * reported, the owner took `spent`, which it is written as when unknown), `floated` and `blanketed`.
  */
 export const reportRec = tailed(
   reportFields,
@@ -107,12 +112,12 @@ export const reportRec = tailed(
   (r) => r.issued,
 );
 
-/** A credit request: its fields, then the `fixedShare` flag (as a report's), `issued` and `floated`. */
+/** A credit request: its fields, then the `fixedShare` flag (as a report's), `issued`, `floated` and `blanketed`. */
 export const requestRec = tailed(
   requestFields,
   REQUEST_FIELDS,
   'issued',
-  (q) => q.floated ?? 0,
+  (q) => Math.max(q.floated ?? 0, q.blanketed ?? 0),
   (q) => q.issued ?? 0,
 );
 
@@ -130,7 +135,7 @@ const leaseRef: Fields<LeaseRef> = [
 const grantRec = record<Omit<Grant, 'type'>>([...leaseRef, ['grantSeq', posint], ['issued', uint]]);
 const GRANT_FIELDS = 9;
 
-export const blanketRec = record<Blanket>([
+const blanketFields = record<Blanket>([
   ['shard', uint],
   ['nodeId', str],
   ['nodeEpoch', str],
@@ -139,13 +144,42 @@ export const blanketRec = record<Blanket>([
   ['startsBy', uint],
   ['retired', bool],
 ]);
+const BLANKET_FIELDS = 7;
+
+/** A member a blanket lists (`Holder`): node id, node epoch, `since`, then `until` once it has one. */
+const readHolder: Reader<Holder> = (v, p) => {
+  if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [nodeId, nodeEpoch, since, until?]');
+  const h = { nodeId: str(v[0], at(p, '[0]')), nodeEpoch: str(v[1], at(p, '[1]')), since: uint(v[2], at(p, '[2]')) };
+  const until = tail(v, 3, uint, at(p, '[3]'));
+  return until === undefined ? h : { ...h, until };
+};
+const readHeld = (v: unknown, p: string): Held => {
+  if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [min, startsBy, holders]');
+  return { min: uint(v[0], at(p, '.min')), startsBy: uint(v[1], at(p, '.startsBy')), holders: list(readHolder, HOLDERS_MAX)(v[2], at(p, '.holders')) };
+};
+
+/** A blanket: its fields, then what it lets members hold (`held`: min, end and holders), if anything. */
+export const blanketRec = {
+  encode: (b: Blanket): unknown[] => {
+    const out = blanketFields.encode(b);
+    if (b.held !== undefined)
+      out.push([b.held.min, b.held.startsBy, b.held.holders.map((h) => (h.until === undefined ? [h.nodeId, h.nodeEpoch, h.since] : [h.nodeId, h.nodeEpoch, h.since, h.until]))]);
+    return out;
+  },
+  decode: (v: unknown, p: string): Blanket => {
+    const b = blanketFields.decode(v, p);
+    const held = tail(v, BLANKET_FIELDS, readHeld, at(p, '.held'));
+    if (held !== undefined && held.startsBy > b.startsBy) bad(at(p, '.held.startsBy'), 'must not be after the blanket’s');
+    return held === undefined ? b : { ...b, held };
+  },
+};
 
 const adjustRec = record<Omit<Adjust, 'type'>>([...leaseRef, ['keep', int], ['exhausted', bool], ['grantSeq', uint]]);
 
 /** A grant's fields, then `floated` (0 for none), then `late` (1, or left out). */
 export const decodeGrant: Reader<Grant> = (v, p) => {
   const g = grantRec.decode(v, p) as Writable<Grant>;
-  const floated = floatedAt(v, GRANT_FIELDS, g.issued, p);
+  const floated = partAt(v, GRANT_FIELDS, g.issued, p);
   const late = tail(v, GRANT_FIELDS + 1, bool, at(p, '.late')) === true;
   g.type = 'grant';
   if (floated > 0) g.floated = floated;

@@ -3,6 +3,9 @@ import { phaseOffset, windowEndMs } from './window.js';
 /** Node epoch prefix of a float's lease: `float.<holder's node epoch>`, its lease number the owner epoch. */
 export const FLOAT_PREFIX = 'float.';
 
+/** Credit a blanket lets each member it lists take itself in each window it covers (`lib/owner/held.ts`). */
+export const HELD = 1;
+
 /** One lease (a node epoch's bucket life) in one ledger, as merged from requests and reports. */
 export interface Lease {
   readonly nodeId: string;
@@ -18,6 +21,8 @@ export interface Lease {
    * `floated`, out of an earlier owner's float whose grant to it the log lost (`tally`).
    */
   saidFloated: number;
+  /** Part of `issued` the node says it took itself under a blanket that lists it (`Report.blanketed`). */
+  saidBlanketed: number;
   /**
    * Largest `issued − floated` of a grant of this lease known to be on record in the log, under owner
    * epoch `recordEpoch` (after a change of epoch — Redis may have lost the log — nothing is known).
@@ -67,6 +72,11 @@ export interface Ledger {
   asked: boolean;
   /** Fixed-share allocation (`lib/owner/fixed-share.ts`), as the latest request or report says. */
   fixed: boolean;
+  /**
+   * Node epochs a blanket lets hold `HELD` credit here that they took themselves (`lib/owner/held.ts`):
+   * committed whether they took it or not. Only ever added to.
+   */
+  heldBy?: string[];
 }
 
 /** An owner's float in one window, under one owner epoch. */
@@ -107,7 +117,7 @@ export class LedgerStore {
 
   constructor(
     private readonly shardOf: (keyId: string, windowId: number) => number,
-    /** Hears of every ledger as it is made (an owner counts earlier owners' blankets in it). */
+    /** Hears of every ledger as it is made, and again when its allowance grows (an owner counts blankets in it). */
     private readonly made?: (l: Ledger) => void,
   ) {}
 
@@ -144,8 +154,11 @@ export class LedgerStore {
       this.count++;
       this.made?.(l);
     }
-    // A policy change mid-window moves the allowance; credit already committed stays committed.
+    // A policy change mid-window moves the allowance; credit already committed stays committed. A
+    // larger one may bring the window under a blanket's members' credit: counted at once.
+    const before = l.allowance;
     l.allowance = limit;
+    if (limit > before) this.made?.(l);
     if (fixed !== undefined) l.fixed = fixed;
     return l;
   }
@@ -211,6 +224,7 @@ export function leaseFor(l: Ledger, nodeId: string, nodeEpoch: string, leaseNo: 
     issued: 0,
     floated: 0,
     saidFloated: 0,
+    saidBlanketed: 0,
     onRecord: 0,
     recordEpoch: 0,
     reported: 0,

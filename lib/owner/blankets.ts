@@ -1,5 +1,6 @@
 import { FLOAT_PREFIX, leaseFor, type Ledger } from '../ledger-store.js';
 import type { LogEntry } from '../protocol/log.js';
+import { extended, holdIn, mergeHeld, recorded, type Held, type HeldOptions } from './held.js';
 
 /**
  * A blanket covers the windows of its shard that start by `startsBy`, this long ahead of the time it
@@ -21,7 +22,7 @@ const INHERITED_PER_SHARD = 512;
  * What a blanket says: its writer's float lease, by holder and owner epoch, and the windows it
  * covers — those starting after `startsAfter` (when that owner epoch's first blanket was written:
  * nothing started before it is covered) and by `startsBy`. `retired`: the writer gave the shard up
- * with every grant it answered from a blanket on record; its blankets no longer count.
+ * with every grant it answered from a blanket on record; its float's credit no longer counts.
  */
 export interface Blanket {
   readonly shard: number;
@@ -33,18 +34,38 @@ export interface Blanket {
   readonly startsAfter: number;
   readonly startsBy: number;
   readonly retired?: boolean;
+  /**
+   * Members that may take HELD credit themselves, with no ask and no grant, in the windows it covers
+   * (`Held`). Kept when the blanket is retired: what they took is on record nowhere else.
+   */
+  readonly held?: Held;
 }
 
 /** This owner's blanket of one shard: the latest written (never lowered), the latest taken, and whether to write again. */
 interface Own {
   blanket: Blanket;
   taken: number;
+  /** The latest end of its held part taken (`Held.startsBy`). */
+  heldTaken: number;
   rewrite: boolean;
   /** A grant with float credit was not taken by the log: the blanket can never be retired. */
   lost: boolean;
 }
 
 const covering = (b: Blanket, start: number, by = b.startsBy): boolean => start > b.startsAfter && start <= by;
+
+/** Two records of one blanket (a rewrite, a retirement) as one: the widest range, every member's (`mergeHeld`). */
+function merged(a: Blanket, b: Blanket): Blanket {
+  const held = mergeHeld(a.held, b.held);
+  return {
+    ...b,
+    startsAfter: Math.min(a.startsAfter, b.startsAfter),
+    startsBy: Math.max(a.startsBy, b.startsBy),
+    // The later record's: an owner that retired it may have taken the shard back under the same epoch.
+    retired: b.retired === true,
+    ...(held === undefined ? {} : { held }),
+  };
+}
 
 /**
  * Blankets: one log write per shard about once a second that lets its owner answer the first ask of
@@ -65,6 +86,10 @@ const covering = (b: Blanket, start: number, by = b.startsBy): boolean => start 
  * blanket (`retire`), logging with it the floats it made that gave credit out
  * (`Floats.retireBlanket`): the grants say all. So a window loses one credit only when its owner
  * failed while the window was running, having started in that owner's time — as an unused float does.
+ *
+ * A blanket may also list members that take credit themselves in the windows it covers (`held`,
+ * `lib/owner/held.ts`): every owner counts that credit in every such window, the writer from before
+ * the write, later owners from the log — even once the blanket is retired.
  */
 export class Blankets {
   private readonly own = new Map<number, Own>();
@@ -80,7 +105,15 @@ export class Blankets {
    * than half a span ahead, or whose last write did not come back. None while a member may not count
    * them (an older release could take a shard over and issue a blanket's credit again).
    */
-  due(holder: { nodeId: string; nodeEpoch: string }, serving: (shard: number) => boolean, shards: Iterable<number>, ownerEpoch: (shard: number) => number, now: number, allowed: boolean): Blanket[] {
+  due(
+    holder: { nodeId: string; nodeEpoch: string },
+    serving: (shard: number) => boolean,
+    shards: Iterable<number>,
+    ownerEpoch: (shard: number) => number,
+    now: number,
+    allowed: boolean,
+    held?: HeldOptions,
+  ): Blanket[] {
     this.allowed = allowed;
     if (!allowed) return [];
     const out: Blanket[] = [];
@@ -89,11 +122,14 @@ export class Blankets {
       if (!serving(shard)) continue;
       const epoch = ownerEpoch(shard);
       let o = this.own.get(shard);
+      // Under a new owner epoch without a replay, the members of the last one still count.
+      if (o !== undefined && o.blanket.ownerEpoch !== epoch && o.blanket.held !== undefined) this.replay({ ...o.blanket, retired: true }, now);
       if (o?.blanket.ownerEpoch !== epoch) {
         const first = { shard, nodeId: holder.nodeId, nodeEpoch: holder.nodeEpoch, ownerEpoch: epoch, startsAfter: at, startsBy: at };
-        this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, rewrite: true, lost: false }));
+        this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, heldTaken: Number.NEGATIVE_INFINITY, rewrite: true, lost: false }));
       } else if (!o.rewrite && o.blanket.startsBy - at > BLANKET_SPAN_MS / 2) continue;
-      o.blanket = { ...o.blanket, startsBy: Math.max(o.blanket.startsBy, at + BLANKET_SPAN_MS) };
+      const by = Math.max(o.blanket.startsBy, at + BLANKET_SPAN_MS);
+      o.blanket = held === undefined || (held.members.length === 0 && o.blanket.held === undefined) ? { ...o.blanket, startsBy: by } : extended(o.blanket, by, held, now - FORGOTTEN_AFTER_MS);
       o.rewrite = false;
       out.push(o.blanket);
     }
@@ -108,8 +144,10 @@ export class Blankets {
   logged(b: Blanket, taken: boolean): void {
     const o = this.own.get(b.shard);
     if (o === undefined || o.blanket.ownerEpoch !== b.ownerEpoch) return;
-    if (taken) o.taken = Math.max(o.taken, b.startsBy);
-    else o.rewrite = true;
+    if (taken) {
+      o.taken = Math.max(o.taken, b.startsBy);
+      o.heldTaken = Math.max(o.heldTaken, b.held?.startsBy ?? o.heldTaken);
+    } else o.rewrite = true;
   }
 
   /** A grant of `shard` with float credit (answered before its write) was not taken by the log. */
@@ -125,6 +163,16 @@ export class Blankets {
   }
 
   /**
+   * Whether a blanket on record (this owner's, as far as its write was taken, or one replayed) lets
+   * `nodeEpoch` hold credit in `l`: what it says it took there is on record (`Floats.onRecord`).
+   */
+  recordsHeld(l: Ledger, nodeEpoch: string): boolean {
+    const o = this.own.get(l.shard);
+    if (o !== undefined && recorded(l, o.blanket, nodeEpoch, o.heldTaken)) return true;
+    return (this.inherited.get(l.shard) ?? []).some((b) => recorded(l, b, nodeEpoch, b.startsBy));
+  }
+
+  /**
    * The shard is given up cleanly: this owner answers no more asks there, and every grant and
    * blanket write it started has come back. If every grant with float credit was taken, its blanket
    * is retired — the entry to log, after those, with its floats' grants (`Floats.retireBlanket`) —
@@ -136,15 +184,20 @@ export class Blankets {
     return o === undefined || o.lost ? undefined : { ...o.blanket, retired: true };
   }
 
-  /** A replayed blanket (an earlier owner's): counted from now on in every window of its shard it covers, until retired. */
+  /**
+   * A replayed blanket (an earlier owner's): counted from now on in every window of its shard it
+   * covers — its float's credit until it is retired, its members' for good.
+   */
   replay(b: Blanket, now: number): void {
     let list = this.inherited.get(b.shard);
     if (list === undefined) this.inherited.set(b.shard, (list = []));
     const i = list.findIndex((x) => x.ownerEpoch === b.ownerEpoch && x.nodeEpoch === b.nodeEpoch && x.nodeId === b.nodeId);
     const same = list[i];
     if (same !== undefined) list.splice(i, 1);
-    if (b.retired) return;
-    list.push(same === undefined ? b : { ...b, startsAfter: Math.min(same.startsAfter, b.startsAfter), startsBy: Math.max(same.startsBy, b.startsBy) });
+    const one = same === undefined ? b : merged(same, b);
+    // Retired, it counts only what members may hold; with none, nothing.
+    if (one.retired === true && one.held === undefined) return;
+    list.push(one);
     // Newest first; none whose every window ended; at most INHERITED_PER_SHARD (the oldest go).
     list.sort((x, y) => y.startsBy - x.startsBy);
     while (list.length > 0 && (list.length > INHERITED_PER_SHARD || list.at(-1)!.startsBy < now - FORGOTTEN_AFTER_MS)) list.pop();
@@ -156,18 +209,23 @@ export class Blankets {
   }
 
   /**
-   * Counts earlier owners' blankets in `l`: the float lease each names holds at least the one credit
-   * the blanket let it issue there, whatever the log says (its grants may be lost).
+   * Counts blankets in `l`: earlier owners' — the float lease each names holds at least the one credit
+   * the blanket let it issue there, whatever the log says (its grants may be lost) — and what the
+   * members each lists, this owner's own included, may hold there (`holdIn`).
    */
   inherit(l: Ledger): void {
-    const list = this.inherited.get(l.shard);
-    if (list === undefined || this.replaying) return;
+    if (this.replaying) return;
     const start = l.windowEnd - l.windowMs;
-    for (const b of list) {
+    for (const b of this.inherited.get(l.shard) ?? []) {
       if (!covering(b, start)) continue;
+      holdIn(l, b, start);
+      if (b.retired === true) continue;
       const lease = leaseFor(l, b.nodeId, FLOAT_PREFIX + b.nodeEpoch, b.ownerEpoch);
       if (lease.issued < 1) lease.issued = 1;
     }
+    // This owner's own, as written: its members may hold credit wherever it may be taken.
+    const o = this.own.get(l.shard);
+    if (o !== undefined) holdIn(l, o.blanket, start);
   }
 
   /**

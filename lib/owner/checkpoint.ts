@@ -99,6 +99,7 @@ export function snapshotShard(ledgers: LedgerStore, issuer: Issuer, marks: Ended
         held: Math.max(0, held(lease)),
         selfGrant: lease.selfIssued > 0,
         ...(lease.saidFloated > 0 ? { floated: lease.saidFloated } : {}),
+        ...(lease.saidBlanketed > 0 ? { blanketed: lease.saidBlanketed } : {}),
       });
     }
   }

@@ -21,6 +21,11 @@ export interface FleetView {
    * would not count the credit they let its owner issue. Absent: no.
    */
   countsBlankets?(): boolean;
+  /**
+   * Members that may take credit themselves under blankets (`lib/owner/held.ts`): only while every
+   * member states that it counts what blankets' members may hold. Absent or empty: none.
+   */
+  holders?(): readonly { readonly nodeId: string; readonly nodeEpoch: string }[];
 }
 
 /** Settings of the owner side of the protocol. */
@@ -43,6 +48,8 @@ export interface FoldOwnerConfig {
    * so an ask the float covers is answered without waiting for a log write.
    */
   readonly floatHolder?: { readonly nodeId: string; readonly nodeEpoch: string };
+  /** The least allowance of a window in which members take credit themselves (`HELD_MIN_ALLOWANCE`). */
+  readonly heldMinAllowance?: number;
 }
 
 /** Counters of the owner side. */

@@ -1,6 +1,7 @@
-import { FLOAT_PREFIX, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
+import { FLOAT_PREFIX, HELD, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
 import type { Grant } from '../protocol/messages.js';
 import type { Blanket, Blankets } from './blankets.js';
+import { HELD_MIN_ALLOWANCE } from './held.js';
 import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
 import type { Issuer } from './issuer.js';
 import { directOf } from './ledger-sums.js';
@@ -124,12 +125,15 @@ export class Floats {
 
   /**
    * The blankets to log now on the shards this owner serves (`Blankets.due`): none until floats are
-   * on, nor while a member may not count them (`FleetView.countsBlankets`).
+   * on, nor while a member may not count them (`FleetView.countsBlankets`). They list the members
+   * that may take credit themselves under them (`FleetView.holders`), other than this process.
    */
   blanketsDue(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[] {
     const holder = this.cfg.floatHolder;
     if (holder === undefined || !this.turnedOn) return [];
-    return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true);
+    const members = (this.cfg.fleet.holders?.() ?? []).filter((m) => m.nodeEpoch !== holder.nodeEpoch);
+    const held = { members, min: this.cfg.heldMinAllowance ?? HELD_MIN_ALLOWANCE, inShard: (shard: number) => this.ledgers.inShard(shard) };
+    return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true, held);
   }
 
   /**
@@ -203,9 +207,13 @@ export class Floats {
    * grant whose log write came back. Such a grant may go out before its own log write does.
    */
   onRecord(g: Grant): boolean {
-    const lease = this.granted(g)?.lease;
+    const found = this.granted(g);
+    if (found === undefined || found.lease.float) return false;
+    const { l, lease } = found;
+    // What the node took itself under a blanket is on record as the blanket's, under any epoch.
+    const took = lease.saidBlanketed > 0 && this.blankets.recordsHeld(l, lease.nodeEpoch) ? Math.min(HELD, lease.saidBlanketed) : 0;
     const direct = directOf(g);
-    return lease !== undefined && !lease.float && (direct === 0 || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord));
+    return direct <= took || (lease.recordEpoch === g.ownerEpoch && direct <= lease.onRecord);
   }
 
   /** The ledger and lease a grant of this owner's went to, if still known. */

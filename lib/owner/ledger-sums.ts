@@ -1,5 +1,5 @@
 import type { Grant } from '../protocol/messages.js';
-import type { Lease, Ledger } from '../ledger-store.js';
+import { HELD, type Lease, type Ledger } from '../ledger-store.js';
 
 /** Credit a lease holds unspent: issued + self-granted − spent − released (negative when it overspent). */
 export function held(lease: Lease): number {
@@ -14,12 +14,13 @@ export function held(lease: Lease): number {
  */
 export function committed(l: Ledger): number {
   const t = tally(l);
-  return t.direct + Math.max(t.floats, t.floated);
+  return t.direct + Math.max(t.floats, t.floated) + t.held;
 }
 
 /**
  * A ledger's sums: nodes' leases' issued + self-granted − released − floated, plus what they spent
- * beyond it (`direct`), floats' issued, and what leases took from floats.
+ * beyond it (`direct`), floats' issued, what leases took from floats, and what blankets let members
+ * hold that they took themselves (`held`: `HELD` for each node epoch in `heldBy`, taken or not).
  *
  * A node may say more of its credit came out of a float than the grants known here do
  * (`Lease.saidFloated`): an earlier owner answered it from its float and failed before that grant's
@@ -28,7 +29,7 @@ export function committed(l: Ledger): number {
  * is known to have moved out of floats. Beyond that (the float's record lost with Redis's data too)
  * it stays the node's: this owner's own float never stands for it.
  */
-export function tally(l: Ledger): { direct: number; floats: number; floated: number } {
+export function tally(l: Ledger): { direct: number; floats: number; floated: number; held: number } {
   let direct = 0;
   let floats = 0;
   let floated = 0;
@@ -41,12 +42,33 @@ export function tally(l: Ledger): { direct: number; floats: number; floated: num
     }
     floated += lease.floated;
   }
-  if (said === 0) return { direct, floats, floated };
+  const { held, took } = heldIn(l);
+  direct -= took;
+  if (said === 0) return { direct, floats, floated, held };
   // Earlier owners' floats: all but this owner's own, and what is known to have moved out of them.
   const earlier = floats - (l.float?.lease.issued ?? 0);
   const movedOut = floated - (l.float?.moved ?? 0);
   const counted = Math.min(said, Math.max(0, earlier - movedOut));
-  return { direct: direct - counted, floats, floated: floated + counted };
+  return { direct: direct - counted, floats, floated: floated + counted, held };
+}
+
+/**
+ * What members may hold in `l` that they took themselves under a blanket (`held`), and of it what
+ * their leases state (`took`: at most `HELD` per node epoch, over its leases): part of the leases'
+ * `issued` — or absorbed into it by a grant that did not know of it, which the node applies as the
+ * larger of the two — so counted once, as the blanket's. What a node says beyond that (or without a
+ * blanket known here that lists it: Redis lost the log) stays its lease's.
+ */
+function heldIn(l: Ledger): { held: number; took: number } {
+  const by = l.heldBy;
+  if (by === undefined) return { held: 0, took: 0 };
+  let took = 0;
+  for (const epoch of by) {
+    let said = 0;
+    for (const lease of l.leases) if (lease.nodeEpoch === epoch) said += Math.min(lease.saidBlanketed, lease.issued);
+    took += Math.min(HELD, said);
+  }
+  return { held: HELD * by.length, took };
 }
 
 /** Admissions merged from reports into a ledger, summed over its leases and node epochs (0 for none). */

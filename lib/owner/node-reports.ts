@@ -49,11 +49,13 @@ export class NodeReports {
    * nothing). The first time a node's self_grant flag is seen, grants to it are withheld a round (F4).
    * What the node says it was issued counts too: a grant this owner's ledger missed (an earlier
    * owner's, or one from before the ledger was swept) is still committed; and what it says of that
-   * came out of a float (`tally` counts it once, as an earlier owner's float's, where it can).
+   * came out of a float (`tally` counts it once, as an earlier owner's float's, where it can), and
+   * what it took itself under a blanket (counted once, as the blanket's, where one lists it).
    */
-  absorb(nodeId: string, lease: Lease, c: { spent: number; selfIssued: number; released: number; issued?: number; floated?: number }, selfGrant: boolean): void {
+  absorb(nodeId: string, lease: Lease, c: { spent: number; selfIssued: number; released: number; issued?: number; floated?: number; blanketed?: number }, selfGrant: boolean): void {
     if (c.issued !== undefined) lease.issued = Math.max(lease.issued, c.issued);
     if (c.floated !== undefined) lease.saidFloated = Math.max(lease.saidFloated, c.floated);
+    if (c.blanketed !== undefined) lease.saidBlanketed = Math.max(lease.saidBlanketed, c.blanketed);
     lease.spent = Math.max(lease.spent, c.spent);
     lease.selfIssued = Math.max(lease.selfIssued, c.selfIssued);
     lease.released = Math.max(lease.released, c.released);

@@ -52,6 +52,6 @@ export class CreditPool {
     // moved out of it, which `committed` counts in its place.
     const t = tally(l);
     const own = (includePending ? f.lease.issued : f.onRecord) - f.base - f.moved;
-    return Math.max(0, Math.min(own, t.floats - t.floated) - Math.max(0, t.direct + Math.max(t.floats, t.floated) - l.allowance));
+    return Math.max(0, Math.min(own, t.floats - t.floated) - Math.max(0, t.direct + Math.max(t.floats, t.floated) + t.held - l.allowance));
   }
 }

@@ -28,6 +28,8 @@ export interface CreditRequest {
    */
   readonly issued?: number;
   readonly floated?: number;
+  /** Part of `issued` the node took itself under its owner's blanket, as in a report. */
+  readonly blanketed?: number;
   /** Credit needed now to admit the waiting request. */
   readonly need: number;
   /** Requests the node expects for this bucket over the next rounds. */
@@ -123,6 +125,11 @@ export interface Report {
    * an owner replaying a log that lost the grant counts it once, as the float's. Absent means 0.
    */
   readonly floated?: number;
+  /**
+   * Part of `issued` the node took itself, with no ask and no grant, under a blanket of its owner that
+   * lists it (`lib/owner/blankets.ts`, `HELD`): the blanket counts it already. Absent means 0.
+   */
+  readonly blanketed?: number;
 }
 
 /** Everything one node reports for one shard in one round: one bus entry. */

@@ -40,6 +40,11 @@ export class FixedFleet implements FleetView {
   countsBlankets(): boolean {
     return this.blanketsCounted;
   }
+  /** Members that take credit themselves under blankets: none unless a test lists them. */
+  holding: { nodeId: string; nodeEpoch: string }[] = [];
+  holders(): readonly { nodeId: string; nodeEpoch: string }[] {
+    return this.holding;
+  }
 }
 
 /** Owner settings with the spec's defaults, for tests. */

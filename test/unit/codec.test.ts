@@ -90,8 +90,8 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const f = codec.seal('reports', batch);
     const body = JSON.parse(f.b) as { reports: unknown[][] } & Record<string, unknown>;
     body.compression = 'none';
-    // After the last fields this release knows (`fixedShare`, 0 when not set, `seen` and `floated`).
-    body.reports[0]!.push(0, 0, 0, 42, 'future');
+    // After the last fields this release knows (`fixedShare`, 0 when not set, `seen`, `floated` and `blanketed`).
+    body.reports[0]!.push(0, 0, 0, 0, 42, 'future');
     const opened = codec.open({ ...resign(f, body), trace: 'abc' });
     expect(opened).to.deep.equal({ t: 'reports', body: { ...batch, reports: [{ ...batch.reports[0]!, seen: 0 }] } });
   });
@@ -204,6 +204,49 @@ describe('bus envelopes (B3): versioned, authenticated, all-or-nothing', () => {
     const ab = JSON.parse(a.b) as { requests: unknown[][] };
     ab.requests[1]!.push(11);
     rejects(resign(a, ab), 'malformed', /^requests\[1\]\.floated: must not be more than issued/);
+  });
+
+  it('carries the credit a node took itself under a blanket in reports and asks, and a blanket’s members, naming a bad field', () => {
+    const took: ReportBatch = { ...batch, reports: [{ ...batch.reports[0]!, seen: 9, blanketed: 1 }] };
+    const f = codec.seal('reports', took);
+    expect((JSON.parse(f.b) as { reports: unknown[][] }).reports[0]!.slice(13)).to.deep.equal([0, 9, 0, 1]);
+    expect(codec.open(f).body).to.deep.equal(took);
+    const body = JSON.parse(f.b) as { reports: unknown[][] };
+    body.reports[0]![16] = 11;
+    rejects(resign(f, body), 'malformed', /^reports\[0\]\.blanketed: must not be more than issued/);
+    // An ask that says nothing of `issued` but what it took writes that as its `issued`.
+    const ask = {
+      id: 1,
+      nodeId: 'node-1',
+      nodeEpoch: 'e-1',
+      requests: [
+        { ...request, issued: 10, blanketed: 1 },
+        { ...request, blanketed: 1 },
+      ],
+    };
+    expect(codec.open(codec.seal('ask', ask)).body).to.deep.equal({ ...ask, requests: [ask.requests[0], { ...request, issued: 1, blanketed: 1 }] });
+
+    const holders = [
+      { nodeId: 'n1', nodeEpoch: 'n1-e', since: 1_700_000_000_000, until: 1_700_000_002_000 },
+      { nodeId: 'n2', nodeEpoch: 'n2-e', since: 1_700_000_002_000 },
+    ];
+    const blanket = {
+      shard: 3,
+      nodeId: 'node-1',
+      nodeEpoch: 'e-1',
+      ownerEpoch: 4,
+      startsAfter: 1_699_999_999_000,
+      startsBy: 1_700_000_004_000,
+      retired: true,
+      held: { min: 16_384, startsBy: 1_700_000_003_000, holders },
+    };
+    const entry = codec.seal('grants', { shard: 3, grants: [], epoch: 4, blanket });
+    expect(codec.open(entry).body).to.deep.equal({ shard: 3, grants: [], epoch: 4, blanket });
+    const bad = JSON.parse(entry.b) as { blanket: unknown[] };
+    (bad.blanket[7] as unknown[])[1] = 1_700_000_005_000;
+    rejects(resign(entry, bad), 'malformed', /^blanket\.held\.startsBy: must not be after the blanket/);
+    ((bad.blanket[7] as unknown[])[2] as unknown[][])[1]![2] = 'soon';
+    rejects(resign(entry, bad), 'malformed', /^blanket\.held\.holders\[1\]\[2\]/);
   });
 
   it('names the bad field however deep it is, and whichever record of a list holds it', () => {

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { FLOAT_PREFIX, FoldOwner } from '../../lib/fold-owner.js';
+import { HELD } from '../../lib/ledger-store.js';
 import type { Blanket } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
 import { shardOf, type Grant, type OwnerMessage, type ReportBatch } from '../../lib/protocol/messages.js';
@@ -40,6 +41,10 @@ interface Node {
   readonly nodeId: string;
   issued: number;
   floated: number;
+  /** Of `issued`, what it took itself under a blanket that lists it. */
+  blanketed: number;
+  /** The most float credit grants under each owner epoch said it was given. */
+  readonly floatedBy: Map<number, number>;
   spent: number;
   demand: number;
   seq: number;
@@ -61,11 +66,19 @@ interface Seen {
   lostAnswers: number;
   /** Steps after a failover at which every live node had stated its counts to the successor. */
   settled: number;
+  /** Credit nodes took themselves under blankets. */
+  heldTaken: number;
 }
 
-function newOwner(clock: FakeClock, epoch: number): FoldOwner {
-  return new FoldOwner(ownerConfig(clock, new FixedFleet(NODES.length + 1), { reserveRatio: 0, floatHolder: { nodeId: `h${epoch}`, nodeEpoch: `h${epoch}-e1` }, ownerEpoch: () => epoch }));
+function newOwner(clock: FakeClock, epoch: number, holding: readonly string[]): FoldOwner {
+  const fleet = new FixedFleet(NODES.length + 1);
+  fleet.holding = holding.map((nodeId) => ({ nodeId, nodeEpoch: `${nodeId}-e1` }));
+  return new FoldOwner(ownerConfig(clock, fleet, { reserveRatio: 0, floatHolder: { nodeId: `h${epoch}`, nodeEpoch: `h${epoch}-e1` }, ownerEpoch: () => epoch, heldMinAllowance: 0 }));
 }
+
+/** Whether a blanket lets `nodeId` take credit itself in the window. */
+const lets = (b: Blanket, nodeId: string): boolean =>
+  START > b.startsAfter && START <= b.startsBy && (b.held?.holders ?? []).some((h) => h.nodeEpoch === `${nodeId}-e1` && START > h.since && START <= (h.until ?? b.startsBy));
 
 const entryOf = (w: Write): LogEntry => ('grant' in w ? { kind: 'grant', grant: w.grant } : { kind: 'blanket', blanket: w.blanket });
 
@@ -84,14 +97,19 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
   const inherited = new Set<number>();
   // Live nodes that stated their counts (a report of now, or an ask) to the owner since it took over.
   const stated = new Set<Node>();
-  let o = newOwner(clock, epoch);
+  // Nodes listed in blankets, some of them, as members that take credit themselves; the list changes
+  // at failovers (members join and leave).
+  let holding = NODES.filter(() => rand() < 0.6);
+  let o = newOwner(clock, epoch, holding);
   const log: LogEntry[] = [];
+  // Blanket writes taken, of any owner: a node may still use a failed owner's (it has not heard yet).
+  const takenBlankets: Blanket[] = [];
   let pending: Write[] = [];
   // Every node that took part, its credit counted whether it lives on or not; those that live on.
   const nodes: Node[] = [];
   const byId = new Map<string, Node>();
   const join = (nodeId: string): Node => {
-    const n: Node = { nodeId, issued: 0, floated: 0, spent: 0, demand: 0, seq: 0, round: 0, sent: [] };
+    const n: Node = { nodeId, issued: 0, floated: 0, blanketed: 0, floatedBy: new Map(), spent: 0, demand: 0, seq: 0, round: 0, sent: [] };
     nodes.push(n);
     byId.set(nodeId, n);
     return n;
@@ -105,6 +123,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
     if (g.issued > n.issued) note(() => `  ${n.nodeId} applies issued ${g.issued} (epoch ${g.ownerEpoch}${g.floated ? `, floated ${g.floated}` : ''})`);
     n.issued = Math.max(n.issued, g.issued);
     n.floated = Math.max(n.floated, g.floated ?? 0);
+    n.floatedBy.set(g.ownerEpoch, Math.max(n.floatedBy.get(g.ownerEpoch) ?? 0, g.floated ?? 0));
   };
   /** A grant to a node: at once if all it states is on record, else once its log write is taken. */
   const send = (g: Grant): void => {
@@ -140,6 +159,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
           held: n.issued - n.spent,
           selfGrant: false,
           ...(n.floated > 0 ? { floated: n.floated } : {}),
+          ...(n.blanketed > 0 ? { blanketed: n.blanketed } : {}),
         },
       ],
     };
@@ -188,6 +208,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
         released: 0,
         issued: n.issued,
         ...(n.floated > 0 ? { floated: n.floated } : {}),
+        ...(n.blanketed > 0 ? { blanketed: n.blanketed } : {}),
         need,
         demand: n.demand,
         fastPath,
@@ -231,8 +252,17 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
         o.logged([w.grant], taken);
         if (taken && w.to !== undefined) deliver(w.to, w.grant);
         if (taken) route(o.takeOutbox());
-      } else o.blanketLogged(w!.blanket, taken);
+      } else {
+        o.blanketLogged(w!.blanket, taken);
+        if (taken) takenBlankets.push(w!.blanket);
+      }
     } else if (r < 0.8) {
+      // A first sight with nothing granted: the node takes its credit itself if a blanket lets it.
+      if (n.issued === 0 && clock.now() >= START && takenBlankets.some((b) => lets(b, n.nodeId))) {
+        n.issued = n.blanketed = HELD;
+        seen.heldTaken++;
+        note(() => `${step}: ${n.nodeId} takes ${HELD} itself under a blanket`);
+      }
       const spend = Math.floor(rand() * (n.issued - n.spent + 1));
       n.spent += spend;
       note(() => `${step}: ${n.nodeId} spends ${spend} (spent ${n.spent} of ${n.issued})`);
@@ -258,7 +288,8 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
       live = live.filter((m) => m !== own);
       stated.clear();
       epoch += 1 + Math.floor(rand() * 2);
-      o = newOwner(clock, epoch);
+      holding = NODES.filter(() => rand() < 0.6);
+      o = newOwner(clock, epoch, holding);
       own = join(`h${epoch}`);
       o.replay([...log]);
       seen.failovers++;
@@ -289,10 +320,13 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
     // The owner's count of committed credit passes the allowance only by a failed owner's blanket's
     // credit, when it made no float in the window: credit a lost grant moved out of a float counts
     // once, as the float's, once its node states it (`Report.floated`, `CreditRequest.floated`) —
-    // after a failover, once every live node has (until then the successor may count it twice).
+    // after a failover, once every live node has (until then the successor may count it twice). Save
+    // for one known double count (ARCHITECTURE.md): a node given float credit under two owner epochs
+    // states only the larger of the two grants' `floated`, so the smaller is counted twice.
     const settled = epoch === FIRST_EPOCH || live.every((m) => stated.has(m));
     if (settled && epoch !== FIRST_EPOCH) seen.settled++;
-    const bound = settled ? limit + inherited.size : Number.POSITIVE_INFINITY;
+    const twice = nodes.reduce((sum, m) => sum + [...m.floatedBy.values()].reduce((a, b) => a + b, 0) - Math.max(0, ...m.floatedBy.values()), 0);
+    const bound = settled ? limit + inherited.size + twice : Number.POSITIVE_INFINITY;
     // A successor's count is 0 until a request or a report makes the window's ledger (`o.size`).
     const under = o.size > 0 && committed < issued + float;
     // Checked plainly first: chai's 160,000 assertions would take most of the time.
@@ -308,7 +342,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
 
 describe('owner blankets, at random: one window across owners that fail', () => {
   it('never gives nodes more credit than the allowance, nor counts less committed than they hold, over 200 random runs of 200 steps with failovers', () => {
-    const seen: Seen = { blanketAnswers: 0, floatAnswers: 0, failovers: 0, exhausted: 0, inheritedBlankets: 0, lostAnswers: 0, settled: 0 };
+    const seen: Seen = { blanketAnswers: 0, floatAnswers: 0, failovers: 0, exhausted: 0, inheritedBlankets: 0, lostAnswers: 0, settled: 0, heldTaken: 0 };
     for (let seed = 1; seed <= 200; seed++) {
       try {
         run(seed, 200, seen);
@@ -327,5 +361,6 @@ describe('owner blankets, at random: one window across owners that fail', () => 
     expect(seen.inheritedBlankets, 'successors replaying a blanket that covers the window').to.be.above(1000);
     expect(seen.exhausted, 'steps with every credit out on nodes').to.be.above(1000);
     expect(seen.settled, 'steps after a failover with every live node heard').to.be.above(5000);
+    expect(seen.heldTaken, 'credit nodes took themselves under blankets').to.be.above(100);
   });
 });

@@ -1,12 +1,11 @@
 import { expect } from 'chai';
 import { EnvelopeCodec } from '../../bus/codec.js';
 import { FakeClock } from '../../lib/clock.js';
-import { FoldOwner } from '../../lib/fold-owner.js';
 import { BLANKET_SPAN_MS, type Blanket } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
-import { shardOf, type CreditRequest, type Grant, type ReportBatch } from '../../lib/protocol/messages.js';
-import { phaseOffset, windowEndMs } from '../../lib/window.js';
-import { FixedFleet, ownerConfig } from '../support/protocol.js';
+import type { Grant } from '../../lib/protocol/messages.js';
+import { ALL_SHARDS, DAY, HOLDER, LATER, NOW, W, all, ask, covered, keyAt, owner, stating, type Key } from '../support/blankets.js';
+import { FixedFleet } from '../support/protocol.js';
 
 /**
  * Blankets: one log write per shard that lets the owner answer the first ask of any window of it with
@@ -17,67 +16,6 @@ import { FixedFleet, ownerConfig } from '../support/protocol.js';
  * past the allowance what the earlier owner handed out unlogged; and a blanket retired by an owner
  * that gave its shard up cleanly costs later owners nothing.
  */
-const W = 1000;
-const DAY = 86_400_000;
-const NOW = 5_000_000_123;
-/** A time whose 1 s windows all started after NOW (an owner's first blanket) and by NOW + span. */
-const LATER = NOW + 1500;
-const HOLDER = { nodeId: 'h', nodeEpoch: 'h-e1' };
-const SHARDS = 8;
-const all = (): boolean => true;
-const ALL_SHARDS = [0, 1, 2, 3, 4, 5, 6, 7];
-
-interface Key {
-  keyId: string;
-  windowId: number;
-  windowMs: number;
-  shard: number;
-  start: number;
-}
-
-/** A key id (22 base64url characters after `v1:`) and its window of length `windowMs` running at `at`. */
-function keyAt(i: number, at: number, windowMs = W): Key {
-  const keyId = `v1:BLANKETBLANKET${String(i).padStart(6, '0')}`;
-  const windowId = Math.floor((at - phaseOffset(keyId, windowMs)) / windowMs);
-  return { keyId, windowId, windowMs, shard: shardOf(keyId, windowId, SHARDS), start: windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs)) - windowMs };
-}
-
-function owner(clock: FakeClock, epoch = 7, holder = HOLDER, fleet = new FixedFleet(3)): FoldOwner {
-  return new FoldOwner(ownerConfig(clock, fleet, { reserveRatio: 0, floatHolder: holder, ownerEpoch: () => epoch }));
-}
-
-function ask(k: Key, node: string, limit = 10, need = 1, fastPath = true): CreditRequest {
-  return { keyId: k.keyId, windowId: k.windowId, windowMs: k.windowMs, limit, nodeId: node, nodeEpoch: `${node}-e1`, lease: 1, spent: 0, selfIssued: 0, released: 0, need, demand: 0, fastPath };
-}
-
-/** `node`'s report batch stating it holds `issued` unspent, `floated` of it out of a float. */
-function stating(k: Key, node: string, limit: number, issued: number, floated: number): ReportBatch {
-  const report = {
-    keyId: k.keyId,
-    windowId: k.windowId,
-    windowMs: k.windowMs,
-    limit,
-    lease: 1,
-    seq: 1,
-    spent: 0,
-    issued,
-    selfIssued: 0,
-    released: 0,
-    demand: 0,
-    held: issued,
-    selfGrant: false,
-    floated,
-  };
-  return { shard: k.shard, nodeId: node, nodeEpoch: `${node}-e1`, round: 1, reports: [report] };
-}
-
-/** Floats turned on (the bus's first round) and every shard's blanket written and taken: what was written. */
-function covered(o: FoldOwner): Blanket[] {
-  o.refillFloats(all);
-  const due = o.blanketsDue(ALL_SHARDS, all);
-  for (const b of due) o.blanketLogged(b, true);
-  return due;
-}
 
 const blanketEntries = (bs: readonly Blanket[]): LogEntry[] => bs.map((blanket) => ({ kind: 'blanket', blanket }));
 const grantEntries = (gs: readonly Grant[]): LogEntry[] => gs.map((grant) => ({ kind: 'grant', grant }));

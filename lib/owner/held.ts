@@ -1,0 +1,155 @@
+import { HELD, type Ledger } from '../ledger-store.js';
+import type { Blanket } from './blankets.js';
+import { committed } from './ledger-sums.js';
+
+/**
+ * Windows whose allowance is below this hold no member's credit: a member that never sees the key
+ * there strands its credit, which must be a small part of the allowance (at most 50 members: under
+ * 0.31 %).
+ */
+export const HELD_MIN_ALLOWANCE = 16_384;
+
+/** Members one blanket lists at most (a reader refuses more): once full, a new member is not listed. */
+export const HOLDERS_MAX = 1_024;
+
+/**
+ * What a blanket lets members hold: `HELD` credit each member takes itself in the windows of the
+ * blanket that start by `startsBy` (never after the blanket's own) and whose allowance is at least
+ * `min` (fixed for the blanket's life: a member may read any of its records).
+ */
+export interface Held {
+  readonly min: number;
+  readonly startsBy: number;
+  readonly holders: readonly Holder[];
+}
+
+/**
+ * A member a blanket lets take `HELD` credit itself in each window it covers that starts after
+ * `since` and by `until` (while the member is listed, by the held part's `startsBy`).
+ */
+export interface Holder {
+  readonly nodeId: string;
+  readonly nodeEpoch: string;
+  readonly since: number;
+  readonly until?: number;
+}
+
+/** What an owner needs to list members in its blankets (`Blankets.due`). */
+export interface HeldOptions {
+  /** Members that may take credit themselves now: listed from the next blanket on, given an end once they are not. */
+  readonly members: readonly { readonly nodeId: string; readonly nodeEpoch: string }[];
+  readonly min: number;
+  /** A shard's ledgers: those a blanket's new part covers count its members' credit before it is written. */
+  readonly inShard: (shard: number) => Iterable<Ledger>;
+}
+
+/*
+ * Members' credit under a blanket (`Blanket.held`): a member a blanket lists takes `HELD` credit
+ * itself, with no ask and no grant, in a window the blanket covers — so its first sight of a key
+ * waits for nobody. Every owner counts that credit committed in every such window, whether the member
+ * took it or not (`Ledger.heldBy`, `tally`): the living owner from the moment the part of the range is
+ * written (before the write goes out, so before any member can take it), a later owner from the log.
+ */
+
+/** Whether `h`, listed in `b`, may hold credit in a window starting at `start`, the held part's end taken as `by`. */
+const holds = (b: Blanket, h: Holder, start: number, by: number): boolean => start > b.startsAfter && start > h.since && start <= Math.min(h.until ?? by, by);
+
+/** Each list of holders' node epochs, for ledgers every one of them holds credit in: one array for all of them. */
+const everyone = new WeakMap<readonly Holder[], string[]>();
+
+/**
+ * Counts in `l` (its window starting at `start`) the credit every member `b` lists may hold there
+ * (`Ledger.heldBy`): none in a window `b` does not cover or whose allowance is below its `min`.
+ * Never uncounted.
+ */
+export function holdIn(l: Ledger, b: Blanket, start: number): void {
+  const h = b.held;
+  if (h === undefined || l.allowance < h.min) return;
+  if (l.heldBy === undefined && h.holders.length > 0 && h.holders.every((x) => holds(b, x, start, h.startsBy))) {
+    let all = everyone.get(h.holders);
+    if (all === undefined) everyone.set(h.holders, (all = [...new Set(h.holders.map((x) => x.nodeEpoch))]));
+    l.heldBy = all;
+    return;
+  }
+  for (const x of h.holders) {
+    if (!holds(b, x, start, h.startsBy) || l.heldBy?.includes(x.nodeEpoch) === true) continue;
+    // Copied, never changed in place: the array may be shared.
+    l.heldBy = l.heldBy === undefined ? [x.nodeEpoch] : [...l.heldBy, x.nodeEpoch];
+  }
+}
+
+/**
+ * Whether `b`, its held part taken (written and not refused by the log's fence) up to `taken`, lets
+ * `nodeEpoch` hold credit in `l`: the blanket is the record of that credit.
+ */
+export function recorded(l: Ledger, b: Blanket, nodeEpoch: string, taken: number): boolean {
+  const h = b.held;
+  const start = l.windowEnd - l.windowMs;
+  return h !== undefined && l.allowance >= h.min && h.holders.some((x) => x.nodeEpoch === nodeEpoch && holds(b, x, start, Math.min(taken, h.startsBy)));
+}
+
+/**
+ * `list` with `members` listed from `from` (the blanket's `startsBy` written so far) on: a member not
+ * listed yet holds nothing in windows starting by then; one no longer a member holds nothing in
+ * windows starting after it, and is forgotten once its end is before `forgetBefore`. At most
+ * HOLDERS_MAX: a member beyond them asks for its credit, as before. The same array if nothing changed.
+ */
+function relist(list: readonly Holder[], members: HeldOptions['members'], from: number, forgetBefore: number): readonly Holder[] {
+  const open = new Set(members.map((m) => m.nodeEpoch));
+  let changed = false;
+  const out: Holder[] = [];
+  for (const h of list) {
+    if (h.until !== undefined && h.until < forgetBefore) changed = true;
+    else if (h.until === undefined && !open.has(h.nodeEpoch)) {
+      out.push({ ...h, until: from });
+      changed = true;
+    } else out.push(h);
+    if (h.until === undefined) open.delete(h.nodeEpoch);
+  }
+  for (const m of members) {
+    if (!open.has(m.nodeEpoch) || out.length >= HOLDERS_MAX) continue;
+    out.push({ nodeId: m.nodeId, nodeEpoch: m.nodeEpoch, since: from });
+    changed = true;
+  }
+  return changed ? out : list;
+}
+
+/**
+ * `b` rewritten to cover windows starting by `by`, its members relisted (`relist`) from its held
+ * part's end: every ledger of its shard the held part's new range covers counts what the members may
+ * hold there first (`holdIn`), and that range ends before the first such window with no room for it
+ * (its credit is committed already; the blanket's own range goes on). What was written stays as it was.
+ */
+export function extended(b: Blanket, by: number, held: HeldOptions, forgetBefore: number): Blanket {
+  const from = b.held?.startsBy ?? b.startsBy;
+  const holders = relist(b.held?.holders ?? [], held.members, from, forgetBefore);
+  const min = b.held?.min ?? held.min;
+  const next = { ...b, startsBy: by, held: { min, startsBy: by, holders } };
+  let end = by;
+  for (const l of held.inShard(b.shard)) {
+    const start = l.windowEnd - l.windowMs;
+    if (start <= from || start > end || l.allowance < min) continue;
+    let adding = 0;
+    for (const h of holders) if (holds(next, h, start, end) && l.heldBy?.includes(h.nodeEpoch) !== true) adding += HELD;
+    if (adding > l.allowance - committed(l)) end = start - 1;
+  }
+  const out = end === by ? next : { ...next, held: { min, startsBy: end, holders } };
+  for (const l of held.inShard(b.shard)) {
+    const start = l.windowEnd - l.windowMs;
+    if (start > from) holdIn(l, out, start);
+  }
+  return out;
+}
+
+/** The members two records of one blanket list (a rewrite, a retirement), as one list: each one's widest range. */
+export function mergeHeld(a: Blanket['held'], b: Blanket['held']): Blanket['held'] {
+  if (a === undefined || b === undefined) return a ?? b;
+  const holders = [...a.holders];
+  for (const h of b.holders) {
+    const i = holders.findIndex((x) => x.nodeEpoch === h.nodeEpoch && x.since === h.since);
+    const x = holders[i];
+    if (x === undefined) holders.push(h);
+    else if (x.until !== undefined) holders[i] = h.until === undefined ? h : { ...x, until: Math.max(x.until, h.until) };
+  }
+  return { min: Math.min(a.min, b.min), startsBy: Math.max(a.startsBy, b.startsBy), holders };
+}
