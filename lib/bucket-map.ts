@@ -30,7 +30,12 @@ export class Subject {
   ) {
     this.buckets = limits.windows.map((w) => {
       const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
-      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
+      if (i < 0) {
+        const b = new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
+        // The key may have had this window length before the last change, and taken credit in it.
+        if (previous !== undefined) b.noTake = true;
+        return b;
+      }
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;
@@ -148,7 +153,7 @@ export class BucketMap {
       scanned = 0;
       for (const [keyId, subject] of this.map) {
         if (scanned++ >= EVICTION_SCAN || this.bucketCount + adding <= this.maxBuckets) break;
-        if (subject.touchedRound === round) continue;
+        if (subject.touchedRound === round || subject.buckets.some((b) => b.holdsTaken(nowMs))) continue;
         this.release(subject);
         this.map.delete(keyId);
         this.bucketCount -= subject.buckets.length;

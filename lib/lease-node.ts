@@ -34,6 +34,7 @@ export class LeaseNode extends NodeRound implements Enforcer {
       const b = subject.buckets[i] as Bucket;
       this.rollToNow(keyId, b, windows[i]!, now);
       b.roundDemand += cost;
+      if (b.credit < cost) this.takeHeld(keyId, b, windows[i]!);
       if (b.credit < cost) short = true;
     }
     if (!short) return this.take(subject, cost);

@@ -19,7 +19,7 @@ import { windowEndMs, windowIdAt } from './window.js';
  * `endRound()`.
  */
 export class LocalCounters implements Enforcer, QuotaSource {
-  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, reports: 0, charged: 0 };
+  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, heldTaken: 0, reports: 0, charged: 0 };
   /** Never degraded: there is no owner to lose contact with. */
   readonly degraded = false;
   /** Key id → its first slot in `slab`. */

@@ -40,6 +40,12 @@ export interface OwnerLink {
    * one that misses its deadline says nothing about the network. Absent means never.
    */
   local?(shard: number): boolean;
+  /**
+   * What the current owner of `shard` lets this node take itself, by a blanket whose write was taken
+   * that lists this process (`lib/owner/held.ts`): `HELD` credit in a window starting after `after`
+   * and by `by` whose limit is at least `min`. Absent or undefined: nothing.
+   */
+  held?(shard: number): { readonly after: number; readonly by: number; readonly min: number } | undefined;
 }
 
 /** Settings of the node side of the protocol. */
@@ -90,6 +96,8 @@ export interface LeaseNodeStats {
   staleOwnerEpoch: number;
   adjustsApplied: number;
   selfGrants: number;
+  /** Credit taken under a blanket at first sight of a window (`HELD` each). */
+  heldTaken: number;
   reports: number;
   /** Requests admitted without credit (fail-open while degraded) charged to their windows. */
   charged: number;

@@ -1,4 +1,5 @@
 import { Exhaustion, type Bucket } from '../bucket.js';
+import { HELD } from '../ledger-store.js';
 import type { Subject } from '../bucket-map.js';
 import { ADMITTED, type Acquired, type Denied } from '../node-contract.js';
 import { shardOf, type CreditRequest, type Grant } from '../protocol/messages.js';
@@ -101,6 +102,7 @@ export abstract class NodeAsks extends NodeMessages {
         released: b.released,
         issued: b.issued,
         ...(b.floated > 0 ? { floated: b.floated } : {}),
+        ...(b.blanketed ? { blanketed: HELD } : {}),
         need: cost - b.credit,
         demand: this.demandOf(b, w.limit),
         fastPath: true,

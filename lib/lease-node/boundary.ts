@@ -1,4 +1,5 @@
 import type { Bucket } from '../bucket.js';
+import { HELD } from '../ledger-store.js';
 import { SILENT_ROUNDS } from '../membership.js';
 import type { WindowSpec } from '../policy.js';
 import { shardOf } from '../protocol/messages.js';
@@ -75,6 +76,24 @@ export abstract class NodeBoundary extends NodeReports {
         this.link.selfGranted?.(shard, this.roundNo + 1);
       }
     }
+  }
+
+  /**
+   * A first sight of a window with nothing issued, spent or granted to itself there: the node takes
+   * `HELD` credit itself, with no ask, if the shard's owner lets it (`OwnerLink.held`: a blanket of
+   * the current owner epoch whose write was taken lists this process, covering the window's start,
+   * for windows of at least its limit). Every owner counts that credit committed there, taken or not.
+   * Once per window: a bucket holding it is not evicted (`Bucket.holdsTaken`), and one a policy change
+   * made takes none in its first window. Never when the map is full (the bucket could not be kept).
+   */
+  protected takeHeld(keyId: string, b: Bucket, w: WindowSpec): void {
+    if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed || b.noTake || this.buckets.size > this.buckets.maxBuckets) return;
+    const h = this.link.held?.(shardOf(keyId, b.windowId, this.cfg.shards));
+    const start = b.windowEnd - w.windowMs;
+    if (h === undefined || w.limit < h.min || start <= h.after || start > h.by) return;
+    b.issued = HELD;
+    b.blanketed = true;
+    this.stats.heldTaken++;
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { Bucket } from '../bucket.js';
 import type { Subject } from '../bucket-map.js';
+import { HELD } from '../ledger-store.js';
 import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
 import { demandMark, NodeDemand } from './demand.js';
 
@@ -90,7 +91,7 @@ export abstract class NodeReports extends NodeDemand {
       held: next ? b.nextIssued : 0,
       selfGrant: false,
     };
-    return withFloated(fixed ? { ...r, fixedShare: true } : r, next ? b.nextFloated : 0);
+    return withParts(fixed ? { ...r, fixedShare: true } : r, next ? b.nextFloated : 0, false);
   }
 
   /**
@@ -116,9 +117,12 @@ export abstract class NodeReports extends NodeDemand {
       selfGrant: b.selfIssued > 0,
       seen: b.seen,
     };
-    return withFloated(fixed ? { ...r, fixedShare: true } : r, b.floated);
+    return withParts(fixed ? { ...r, fixedShare: true } : r, b.floated, b.blanketed);
   }
 }
 
-/** `r` saying `floated` of its credit came out of an owner's float, when any did (`Report.floated`). */
-const withFloated = (r: Report, floated: number): Report => (floated > 0 ? { ...r, floated } : r);
+/**
+ * `r` saying what of its credit came out of an owner's float (`Report.floated`) and what it took
+ * itself under a blanket (`Report.blanketed`), when any did.
+ */
+const withParts = (r: Report, floated: number, blanketed: boolean): Report => (floated > 0 || blanketed ? { ...r, ...(floated > 0 ? { floated } : {}), ...(blanketed ? { blanketed: HELD } : {}) } : r);

@@ -1,0 +1,117 @@
+import { expect } from 'chai';
+import { FakeClock } from '../../lib/clock.js';
+import { LeaseNode, type Denied } from '../../lib/lease-node.js';
+import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { RecordingLink } from '../support/links.js';
+import { nodeConfig } from '../support/protocol.js';
+
+/**
+ * A node's side of members' credit under blankets (`NodeBoundary.takeHeld`): at first sight of a
+ * window whose owner's blanket lists it, the node takes one credit itself and admits with no ask. What
+ * must hold: only in a window the blanket's range covers, of a limit at least its least, with nothing
+ * issued there yet; once per window whatever the map does (a bucket holding it is kept, one a policy
+ * change made takes none in its first window, a full map takes none); and every report and ask of
+ * the window says so.
+ */
+const KEY = 'v1:HELDHELDHELDHELDHELD1';
+const W = 1000;
+const MIN = 16_384;
+const limits = (windows: Array<{ windowMs: number; limit: number }>, version = 1): ResolvedLimits =>
+  compilePolicy({ version, plans: { p: { windows: windows.map((w, i) => ({ name: `w${i}`, ...w })) } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+const big = limits([{ windowMs: W, limit: 100_000 }]);
+
+/** A link whose owners answer nothing and let this node take credit in windows starting in (after, by]. */
+class HoldingLink extends RecordingLink {
+  range: { after: number; by: number; min: number } | undefined = { after: 0, by: Number.MAX_SAFE_INTEGER, min: MIN };
+  readonly asked: number[] = [];
+  held(shard: number): { after: number; by: number; min: number } | undefined {
+    this.asked.push(shard);
+    return this.range;
+  }
+}
+
+/** The start of KEY's window of length `windowMs` running at `now`. */
+const startAt = (now: number, windowMs = W): number => windowEndMs(windowIdAt(now, windowMs, phaseOffset(KEY, windowMs)), windowMs, phaseOffset(KEY, windowMs)) - windowMs;
+
+function setup(maxBuckets = 1000): { node: LeaseNode; link: HoldingLink; clock: FakeClock } {
+  const link = new HoldingLink(() => []);
+  const clock = new FakeClock(1_700_000_000_000);
+  return { node: new LeaseNode(nodeConfig({ maxBuckets }), clock, link), link, clock };
+}
+
+describe('lease node: credit taken under a blanket', () => {
+  it('takes one credit itself at first sight of a window its owner’s blanket covers and admits with no ask; the next request asks', () => {
+    const { node, link, clock } = setup();
+    expect(node.acquire(KEY, big)).to.deep.equal({ admitted: true });
+    expect(link.requests).to.have.length(0);
+    expect(link.asked).to.deep.equal([shardOf(KEY, windowIdAt(clock.now(), W, phaseOffset(KEY, W)), 8)]);
+    expect(node.stats.heldTaken).to.equal(1);
+    const second = node.acquire(KEY, big);
+    expect((second as Denied).admitted).to.equal(false);
+    expect(link.requests[0]![0]).to.deep.include({ issued: 1, spent: 1, blanketed: 1 });
+    const [report] = node.endRound().flatMap((b) => b.reports);
+    expect(report).to.deep.include({ issued: 1, spent: 1, blanketed: 1 });
+  });
+
+  it('takes nothing outside the blanket’s range, under its least limit, or without one', () => {
+    for (const range of [
+      { after: startAt(1_700_000_000_000), by: Number.MAX_SAFE_INTEGER, min: MIN },
+      { after: 0, by: startAt(1_700_000_000_000) - 1, min: MIN },
+      { after: 0, by: Number.MAX_SAFE_INTEGER, min: 100_001 },
+      undefined,
+    ]) {
+      const { node, link } = setup();
+      link.range = range;
+      expect((node.acquire(KEY, big) as Denied).admitted, JSON.stringify(range)).to.equal(false);
+      expect(node.stats.heldTaken).to.equal(0);
+    }
+  });
+
+  it('takes one in each window of a key, and in each new window again', () => {
+    const { node, link, clock } = setup();
+    const two = limits([
+      { windowMs: W, limit: 100_000 },
+      { windowMs: 60_000, limit: 1_000_000 },
+    ]);
+    expect(node.acquire(KEY, two)).to.deep.equal({ admitted: true });
+    expect(node.stats.heldTaken).to.equal(2);
+    clock.set(startAt(clock.now()) + W);
+    // The 1 s window is new; the 60 s one took already.
+    expect((node.acquire(KEY, two) as Denied).admitted).to.equal(false);
+    expect(node.stats.heldTaken).to.equal(3);
+    expect(link.requests.at(-1)!.map((r) => r.windowMs)).to.deep.equal([60_000]);
+  });
+
+  it('keeps a bucket holding credit it took until its window ended a while ago, so it takes once per window', () => {
+    const { node, clock } = setup(1);
+    const other = limits([{ windowMs: W, limit: 10 }]);
+    node.acquire(KEY, big);
+    // The map is full: another key cannot push KEY out, and takes nothing itself either.
+    node.endRound();
+    node.acquire('v1:OTHEROTHEROTHEROTHER01', big);
+    node.acquire('v1:OTHEROTHEROTHEROTHER02', other);
+    expect(node.buckets.peek(KEY)).to.not.equal(undefined);
+    expect(node.stats.heldTaken).to.equal(1);
+    expect((node.acquire(KEY, big) as Denied).admitted).to.equal(false);
+    expect(node.stats.heldTaken).to.equal(1);
+    // Once its window ended a second ago, it may go.
+    clock.set(startAt(clock.now()) + W + 1000);
+    node.endRound();
+    node.acquire('v1:OTHEROTHEROTHEROTHER03', other);
+    expect(node.buckets.peek(KEY)).to.equal(undefined);
+  });
+
+  it('takes nothing in the first window of a window length a policy change brought back', () => {
+    const { node, clock } = setup();
+    node.acquire(KEY, big);
+    // A window length the key did not have: the change made its bucket, which takes nothing yet.
+    expect((node.acquire(KEY, limits([{ windowMs: 60_000, limit: 1_000_000 }], 2)) as Denied).admitted).to.equal(false);
+    // Back to 1 s windows in the same window: a new bucket, which must not take a second time.
+    expect((node.acquire(KEY, limits([{ windowMs: W, limit: 100_000 }], 3)) as Denied).admitted).to.equal(false);
+    expect(node.stats.heldTaken).to.equal(1);
+    clock.set(startAt(clock.now()) + W);
+    expect(node.acquire(KEY, limits([{ windowMs: W, limit: 100_000 }], 3))).to.deep.equal({ admitted: true });
+  });
+});
