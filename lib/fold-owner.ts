@@ -1,7 +1,7 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
 import { BUSY_ROUNDS } from './lease-size.js';
-import { Blankets, type Blanket } from './owner/blankets.js';
+import { Blankets, type Blanket, type HeldShard } from './owner/blankets.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
@@ -58,7 +58,7 @@ export class FoldOwner {
 
   constructor(private readonly cfg: FoldOwnerConfig) {
     this.topKeys = new TopKeys(cfg.clock);
-    this.ledgers = new LedgerStore(cfg.shardOf, (l) => this.blankets.inherit(l));
+    this.ledgers = new LedgerStore(cfg.shardOf, (l, stated) => this.blankets.inherit(l, stated));
     this.reports = new NodeReports(cfg, this.stats);
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
@@ -133,6 +133,9 @@ export class FoldOwner {
   blanketLogged(b: Blanket, taken: boolean): void {
     this.blankets.logged(b, taken);
   }
+
+  /** The taken held parts of its blankets, for its heartbeat (`Blankets.statement`). */
+  readonly heldStatement = (): HeldShard[] => this.blankets.statement();
 
   /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
   retireBlanket(shard: number): { blanket: Blanket; grants: Grant[] } | undefined {
@@ -250,7 +253,7 @@ export class FoldOwner {
     return this.measured.summary();
   }
 
-  /** Committed credit of a (key, window): issued + self-granted − released. What L2 bounds. */
+  /** Committed credit of a (key, window): what L2 bounds (`ledger-sums.ts`). */
   committed(keyId: string, windowMs: number, windowId: number): number {
     const l = this.ledgers.find(keyId, windowMs, windowId);
     return l === undefined ? 0 : committed(l);
@@ -282,11 +285,9 @@ export class FoldOwner {
   }
 
   /**
-   * Totals over the ledgers of windows still running: credit committed (issued + self-granted −
-   * released) against their allowances: how much of the fleet's allowance is out on lease. Every
-   * grant keeps a ledger's committed within its allowance (L2); after a takeover a ledger may count
-   * more than was given out (ARCHITECTURE.md, the owner's arithmetic), and less only if Redis lost
-   * acknowledged writes.
+   * Totals over the ledgers of windows still running: credit committed against their allowances. Every
+   * grant keeps a ledger's committed within its allowance (L2); a ledger may count more than was given
+   * out (ARCHITECTURE.md, the owner's arithmetic), less only if Redis lost acknowledged writes.
    */
   totals(nowMs: number): { ledgers: number; committed: number; allowance: number } {
     return runningTotals(this.ledgers.all(), nowMs);

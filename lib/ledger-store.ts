@@ -73,6 +73,11 @@ export interface Ledger {
   /** Fixed-share allocation (`lib/owner/fixed-share.ts`), as the latest request or report says. */
   fixed: boolean;
   /**
+   * Made by a replayed grant, its allowance not stated yet by a node's request or report (nothing is
+   * issued meanwhile): members' credit counts here whatever the allowance (`lib/owner/held.ts`).
+   */
+  unstated?: boolean;
+  /**
    * Node epochs a blanket lets hold `HELD` credit here that they took themselves (`lib/owner/held.ts`):
    * committed whether they took it or not. Only ever added to.
    */
@@ -118,7 +123,7 @@ export class LedgerStore {
   constructor(
     private readonly shardOf: (keyId: string, windowId: number) => number,
     /** Hears of every ledger as it is made, and again when its allowance grows (an owner counts blankets in it). */
-    private readonly made?: (l: Ledger) => void,
+    private readonly made?: (l: Ledger, stated?: boolean) => void,
   ) {}
 
   /** Number of ledgers held. */
@@ -142,6 +147,7 @@ export class LedgerStore {
       const windowEnd = windowEndMs(windowId, windowMs, phaseOffset(keyId, windowMs));
       const shard = this.shardOf(keyId, windowId);
       l = { keyId, windowId, windowMs, windowEnd, shard, allowance: limit, reserveReleased: false, announced: false, leases: [], asks: 0, askPeak: 0, asked: false, fixed: false };
+      if (limit === 0) l.unstated = true;
       const list = this.byKey.get(keyId);
       if (list === undefined) this.byKey.set(keyId, [l]);
       else list.push(l);
@@ -155,10 +161,14 @@ export class LedgerStore {
       this.made?.(l);
     }
     // A policy change mid-window moves the allowance; credit already committed stays committed. A
-    // larger one may bring the window under a blanket's members' credit: counted at once.
+    // larger one may bring the window under a blanket's members' credit: counted at once. The first
+    // stated is heard of as such (what was counted before it may be undone).
     const before = l.allowance;
     l.allowance = limit;
-    if (limit > before) this.made?.(l);
+    if (l.unstated === true && limit > 0) {
+      delete l.unstated;
+      this.made?.(l, true);
+    } else if (limit > before) this.made?.(l);
     if (fixed !== undefined) l.fixed = fixed;
     return l;
   }

@@ -1,6 +1,8 @@
 import { FLOAT_PREFIX, leaseFor, type Ledger } from '../ledger-store.js';
 import type { LogEntry } from '../protocol/log.js';
-import { extended, holdIn, mergeHeld, recorded, type Held, type HeldOptions } from './held.js';
+import { extended, holdIn, mergeHeld, recorded, type Held, type HeldOptions, type HeldShard } from './held.js';
+
+export type { HeldShard };
 
 /**
  * A blanket covers the windows of its shard that start by `startsBy`, this long ahead of the time it
@@ -67,6 +69,12 @@ function merged(a: Blanket, b: Blanket): Blanket {
   };
 }
 
+/** `into` counting `b`'s members too, over both ranges (`b` is forgotten): more than either counts, never less. */
+function widened(into: Blanket, b: Blanket): Blanket {
+  const held = mergeHeld(into.held, b.held);
+  return { ...into, startsAfter: Math.min(into.startsAfter, b.startsAfter), startsBy: Math.max(into.startsBy, b.startsBy), ...(held === undefined ? {} : { held }) };
+}
+
 /**
  * Blankets: one log write per shard about once a second that lets its owner answer the first ask of
  * any window of it with one credit from a float it never logged for that window.
@@ -97,6 +105,8 @@ export class Blankets {
   private readonly inherited = new Map<number, Blanket[]>();
   /** Whether every member counts blankets (`FleetView.countsBlankets`), as of the last `due`. */
   private allowed = false;
+  /** This owner's own blankets of an earlier epoch, counted as written: not all of them may be on record. */
+  private readonly unlogged = new WeakSet<Blanket>();
   /** A log is being replayed: ledgers made meanwhile count blankets after it (`replayLog`), as one may be retired. */
   replaying = false;
 
@@ -123,7 +133,7 @@ export class Blankets {
       const epoch = ownerEpoch(shard);
       let o = this.own.get(shard);
       // Under a new owner epoch without a replay, the members of the last one still count.
-      if (o !== undefined && o.blanket.ownerEpoch !== epoch && o.blanket.held !== undefined) this.replay({ ...o.blanket, retired: true }, now);
+      if (o !== undefined && o.blanket.ownerEpoch !== epoch && o.blanket.held !== undefined) this.keep({ ...o.blanket, retired: true }, now, false);
       if (o?.blanket.ownerEpoch !== epoch) {
         const first = { shard, nodeId: holder.nodeId, nodeEpoch: holder.nodeEpoch, ownerEpoch: epoch, startsAfter: at, startsBy: at };
         this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, heldTaken: Number.NEGATIVE_INFINITY, rewrite: true, lost: false }));
@@ -163,13 +173,29 @@ export class Blankets {
   }
 
   /**
-   * Whether a blanket on record (this owner's, as far as its write was taken, or one replayed) lets
-   * `nodeEpoch` hold credit in `l`: what it says it took there is on record (`Floats.onRecord`).
+   * The held parts of this owner's blankets as far as their writes were taken, for its heartbeat:
+   * members take credit by them (`HeldShard`). Members listed only after the last taken end are left out.
+   */
+  statement(): HeldShard[] {
+    const out: HeldShard[] = [];
+    for (const [shard, o] of this.own) {
+      const h = o.blanket.held;
+      const startsBy = Math.min(o.heldTaken, h?.startsBy ?? o.heldTaken);
+      if (h === undefined || startsBy <= o.blanket.startsAfter) continue;
+      const holders = h.holders.filter((x) => x.since < startsBy);
+      if (holders.length > 0) out.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min, holders });
+    }
+    return out;
+  }
+
+  /**
+   * Whether a blanket on record (this owner's, as far as its write was taken, or one replayed from the
+   * log) lets `nodeEpoch` hold credit in `l`: what it says it took there is on record (`Floats.onRecord`).
    */
   recordsHeld(l: Ledger, nodeEpoch: string): boolean {
     const o = this.own.get(l.shard);
     if (o !== undefined && recorded(l, o.blanket, nodeEpoch, o.heldTaken)) return true;
-    return (this.inherited.get(l.shard) ?? []).some((b) => recorded(l, b, nodeEpoch, b.startsBy));
+    return (this.inherited.get(l.shard) ?? []).some((b) => !this.unlogged.has(b) && recorded(l, b, nodeEpoch, b.startsBy));
   }
 
   /**
@@ -189,23 +215,34 @@ export class Blankets {
    * covers — its float's credit until it is retired, its members' for good.
    */
   replay(b: Blanket, now: number): void {
+    this.keep(b, now);
+  }
+
+  /** Counts `b` from now on as an earlier owner's; as not on record, if `b` or what it merges with is not. */
+  private keep(b: Blanket, now: number, logged = true): void {
     let list = this.inherited.get(b.shard);
     if (list === undefined) this.inherited.set(b.shard, (list = []));
     const i = list.findIndex((x) => x.ownerEpoch === b.ownerEpoch && x.nodeEpoch === b.nodeEpoch && x.nodeId === b.nodeId);
     const same = list[i];
     if (same !== undefined) list.splice(i, 1);
     const one = same === undefined ? b : merged(same, b);
+    if (!logged || (same !== undefined && this.unlogged.has(same))) this.unlogged.add(one);
     // Retired, it counts only what members may hold; with none, nothing.
     if (one.retired === true && one.held === undefined) return;
     list.push(one);
-    // Newest first; none whose every window ended; at most INHERITED_PER_SHARD (the oldest go).
+    // Newest first; none whose every window ended; at most INHERITED_PER_SHARD: the oldest go, but what
+    // one lets members hold is merged into the next oldest (a wider range counts more, never less).
     list.sort((x, y) => y.startsBy - x.startsBy);
-    while (list.length > 0 && (list.length > INHERITED_PER_SHARD || list.at(-1)!.startsBy < now - FORGOTTEN_AFTER_MS)) list.pop();
+    while (list.length > 0 && list.at(-1)!.startsBy < now - FORGOTTEN_AFTER_MS) list.pop();
+    while (list.length > INHERITED_PER_SHARD) {
+      const oldest = list.pop()!;
+      if (oldest.held !== undefined) list[list.length - 1] = widened(list.at(-1)!, oldest);
+    }
   }
 
-  /** Shards with earlier owners' blankets to count. */
-  shards(): IterableIterator<number> {
-    return this.inherited.keys();
+  /** Shards with blankets to count: earlier owners', and this owner's own (a replay may make ledgers in them too). */
+  shards(): Set<number> {
+    return new Set([...this.inherited.keys(), ...this.own.keys()]);
   }
 
   /**
@@ -213,8 +250,10 @@ export class Blankets {
    * the blanket let it issue there, whatever the log says (its grants may be lost) — and what the
    * members each lists, this owner's own included, may hold there (`holdIn`).
    */
-  inherit(l: Ledger): void {
+  inherit(l: Ledger, stated = false): void {
     if (this.replaying) return;
+    // Counted before the allowance was known: again now, by it (nothing was issued meanwhile).
+    if (stated) delete l.heldBy;
     const start = l.windowEnd - l.windowMs;
     for (const b of this.inherited.get(l.shard) ?? []) {
       if (!covering(b, start)) continue;

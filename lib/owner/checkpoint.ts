@@ -63,8 +63,9 @@ function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedM
     lease.issued = Math.max(lease.issued, g.issued);
     lease.floated = Math.max(lease.floated, g.floated ?? 0);
     lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
-    // Until a report or request states the allowance, nothing more is issued for this window.
-    l.allowance = Math.max(l.allowance, committed(l));
+    // Until a report or request states the allowance, nothing more is issued for this window. One
+    // stated already stays as stated (what it lets members hold goes by it).
+    if (l.unstated === true) l.allowance = Math.max(l.allowance, committed(l));
   }
 }
 

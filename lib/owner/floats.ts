@@ -132,7 +132,12 @@ export class Floats {
     const holder = this.cfg.floatHolder;
     if (holder === undefined || !this.turnedOn) return [];
     const members = (this.cfg.fleet.holders?.() ?? []).filter((m) => m.nodeEpoch !== holder.nodeEpoch);
-    const held = { members, min: this.cfg.heldMinAllowance ?? HELD_MIN_ALLOWANCE, inShard: (shard: number) => this.ledgers.inShard(shard) };
+    const held = {
+      members,
+      min: this.cfg.heldMinAllowance ?? HELD_MIN_ALLOWANCE,
+      inShard: (shard: number) => this.ledgers.inShard(shard),
+      room: (l: Ledger) => this.pool.available(l, { includeReserve: true }),
+    };
     return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true, held);
   }
 

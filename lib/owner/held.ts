@@ -1,6 +1,5 @@
 import { HELD, type Ledger } from '../ledger-store.js';
 import type { Blanket } from './blankets.js';
-import { committed } from './ledger-sums.js';
 
 /**
  * Windows whose allowance is below this hold no member's credit: a member that never sees the key
@@ -34,6 +33,20 @@ export interface Holder {
   readonly until?: number;
 }
 
+/**
+ * One shard's held part as its owner states it to members each round (`Blankets.statement`): what the
+ * log took of it, under `ownerEpoch`. A member listed there may take credit in a window starting after
+ * both `startsAfter` and its `since`, and by both `startsBy` and its `until`, of a limit at least `min`.
+ */
+export interface HeldShard {
+  readonly shard: number;
+  readonly ownerEpoch: number;
+  readonly startsAfter: number;
+  readonly startsBy: number;
+  readonly min: number;
+  readonly holders: readonly Pick<Holder, 'nodeEpoch' | 'since' | 'until'>[];
+}
+
 /** What an owner needs to list members in its blankets (`Blankets.due`). */
 export interface HeldOptions {
   /** Members that may take credit themselves now: listed from the next blanket on, given an end once they are not. */
@@ -41,6 +54,8 @@ export interface HeldOptions {
   readonly min: number;
   /** A shard's ledgers: those a blanket's new part covers count its members' credit before it is written. */
   readonly inShard: (shard: number) => Iterable<Ledger>;
+  /** What a ledger can still commit: its pool, the reserve included (what is held back for unsettled nodes is not). */
+  readonly room: (l: Ledger) => number;
 }
 
 /*
@@ -64,7 +79,7 @@ const everyone = new WeakMap<readonly Holder[], string[]>();
  */
 export function holdIn(l: Ledger, b: Blanket, start: number): void {
   const h = b.held;
-  if (h === undefined || l.allowance < h.min) return;
+  if (h === undefined || (l.allowance < h.min && l.unstated !== true)) return;
   if (l.heldBy === undefined && h.holders.length > 0 && h.holders.every((x) => holds(b, x, start, h.startsBy))) {
     let all = everyone.get(h.holders);
     if (all === undefined) everyone.set(h.holders, (all = [...new Set(h.holders.map((x) => x.nodeEpoch))]));
@@ -128,10 +143,11 @@ export function extended(b: Blanket, by: number, held: HeldOptions, forgetBefore
   let end = by;
   for (const l of held.inShard(b.shard)) {
     const start = l.windowEnd - l.windowMs;
-    if (start <= from || start > end || l.allowance < min) continue;
+    // A window whose allowance is not stated yet issues nothing before it is: counted, no room needed.
+    if (start <= from || start > end || l.allowance < min || l.unstated === true) continue;
     let adding = 0;
     for (const h of holders) if (holds(next, h, start, end) && l.heldBy?.includes(h.nodeEpoch) !== true) adding += HELD;
-    if (adding > l.allowance - committed(l)) end = start - 1;
+    if (adding > held.room(l)) end = start - 1;
   }
   const out = end === by ? next : { ...next, held: { min, startsBy: end, holders } };
   for (const l of held.inShard(b.shard)) {
@@ -144,12 +160,14 @@ export function extended(b: Blanket, by: number, held: HeldOptions, forgetBefore
 /** The members two records of one blanket list (a rewrite, a retirement), as one list: each one's widest range. */
 export function mergeHeld(a: Blanket['held'], b: Blanket['held']): Blanket['held'] {
   if (a === undefined || b === undefined) return a ?? b;
-  const holders = [...a.holders];
+  // A member's end in a record is its `until`, or while it was listed there the record's end: the later
+  // record may have ended it (an earlier one, written before it left, does not keep it listed).
+  const holders = a.holders.map((x) => (x.until === undefined ? { ...x, until: a.startsBy } : x));
   for (const h of b.holders) {
     const i = holders.findIndex((x) => x.nodeEpoch === h.nodeEpoch && x.since === h.since);
     const x = holders[i];
     if (x === undefined) holders.push(h);
-    else if (x.until !== undefined) holders[i] = h.until === undefined ? h : { ...x, until: Math.max(x.until, h.until) };
+    else holders[i] = h.until === undefined ? h : { ...x, until: Math.max(x.until!, h.until) };
   }
   return { min: Math.min(a.min, b.min), startsBy: Math.max(a.startsBy, b.startsBy), holders };
 }

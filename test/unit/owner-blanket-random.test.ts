@@ -73,12 +73,16 @@ interface Seen {
 function newOwner(clock: FakeClock, epoch: number, holding: readonly string[]): FoldOwner {
   const fleet = new FixedFleet(NODES.length + 1);
   fleet.holding = holding.map((nodeId) => ({ nodeId, nodeEpoch: `${nodeId}-e1` }));
-  return new FoldOwner(ownerConfig(clock, fleet, { reserveRatio: 0, floatHolder: { nodeId: `h${epoch}`, nodeEpoch: `h${epoch}-e1` }, ownerEpoch: () => epoch, heldMinAllowance: 0 }));
+  return new FoldOwner(ownerConfig(clock, fleet, { reserveRatio: 0, floatHolder: { nodeId: `h${epoch}`, nodeEpoch: `h${epoch}-e1` }, ownerEpoch: () => epoch, heldMinAllowance: 12 }));
 }
 
-/** Whether a blanket lets `nodeId` take credit itself in the window. */
-const lets = (b: Blanket, nodeId: string): boolean =>
-  START > b.startsAfter && START <= b.startsBy && (b.held?.holders ?? []).some((h) => h.nodeEpoch === `${nodeId}-e1` && START > h.since && START <= (h.until ?? b.startsBy));
+/** Whether a blanket lets `nodeId` take credit itself in the window, of `limit`. */
+const lets = (b: Blanket, nodeId: string, limit: number): boolean =>
+  b.held !== undefined &&
+  limit >= b.held.min &&
+  START > b.startsAfter &&
+  START <= b.held.startsBy &&
+  b.held.holders.some((h) => h.nodeEpoch === `${nodeId}-e1` && START > h.since && START <= (h.until ?? b.held!.startsBy));
 
 const entryOf = (w: Write): LogEntry => ('grant' in w ? { kind: 'grant', grant: w.grant } : { kind: 'blanket', blanket: w.blanket });
 
@@ -258,7 +262,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
       }
     } else if (r < 0.8) {
       // A first sight with nothing granted: the node takes its credit itself if a blanket lets it.
-      if (n.issued === 0 && clock.now() >= START && takenBlankets.some((b) => lets(b, n.nodeId))) {
+      if (n.issued === 0 && clock.now() >= START && takenBlankets.some((b) => lets(b, n.nodeId, limit))) {
         n.issued = n.blanketed = HELD;
         seen.heldTaken++;
         note(() => `${step}: ${n.nodeId} takes ${HELD} itself under a blanket`);

@@ -3,7 +3,8 @@ import { FakeClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import { BLANKET_SPAN_MS } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
-import { ALL_SHARDS, LATER, NOW, W, all, ask, covered, keyAt, owner, stating, type Key } from '../support/blankets.js';
+import type { Grant } from '../../lib/protocol/messages.js';
+import { ALL_SHARDS, HOLDER, LATER, NOW, W, all, ask, covered, keyAt, owner, stating, type Key } from '../support/blankets.js';
 import { FixedFleet } from '../support/protocol.js';
 
 /**
@@ -201,5 +202,113 @@ describe('members’ credit under blankets', () => {
     clock.set(LATER);
     // n1's credit and the float's one: the later record is not retired.
     expect(countedIn(s, k)).to.equal(2);
+  });
+
+  it('counts at most one credit per node epoch as the blanket’s: a node stating more keeps the rest its lease’s', () => {
+    const clock = new FakeClock(NOW);
+    const o = heldOwner(clock, holding('n1', 'n2'));
+    covered(o);
+    clock.set(LATER);
+    const k = keyAt(11, LATER);
+    o.onReports(stating(k, 'n1', LIMIT, 2, 0, 2));
+    expect(o.committed(k.keyId, W, k.windowId)).to.equal(3);
+    const g = o.onCreditRequest({ ...ask(k, 'n1', LIMIT), spent: 2, issued: 2, blanketed: 2 })!;
+    expect(g.issued - 2 - (g.floated ?? 0), 'direct credit beyond what it took').to.equal(0);
+    expect(o.onRecord(g), 'its second credit is on record nowhere').to.equal(false);
+  });
+
+  it('counts the members’ credit in a window a replay made in a shard of its own blanket', () => {
+    const clock = new FakeClock(NOW);
+    const o = heldOwner(clock, holding('n1', 'n2'));
+    covered(o);
+    clock.set(LATER);
+    const k = keyAt(12, LATER);
+    o.replay([{ kind: 'report', batch: stating(k, 'n9', LIMIT, 0, 0) }]);
+    expect(o.committed(k.keyId, W, k.windowId)).to.equal(2);
+  });
+
+  it('takes what is held back for a node that may have granted itself credit as no room for a new part', () => {
+    const clock = new FakeClock(NOW);
+    const fleet = holding('n1', 'n2');
+    const o = heldOwner(clock, fleet);
+    const [first] = covered(o).filter((b) => b.shard === keyAt(100, NOW + 3001).shard);
+    const a = keyOn(first!.shard, NOW + 3001);
+    // Room for both members' credit, but not once a silent node's self-grant (a third) is held back.
+    o.onReports(stating(a, 'n3', LIMIT, LIMIT - Math.ceil(LIMIT / 3) - 1, 0));
+    fleet.silentNodes = ['n4'];
+    clock.set(first!.startsBy - BLANKET_SPAN_MS / 2);
+    const next = o.blanketsDue([first!.shard], all)[0]!;
+    expect(next.held?.startsBy).to.equal(a.start - 1);
+  });
+
+  it('says an answer stating what a node took is on record only as far as the blanket’s write was taken', () => {
+    const clock = new FakeClock(NOW);
+    const o = heldOwner(clock, holding('n1', 'n2'));
+    o.refillFloats(all);
+    const [b] = o.blanketsDue(ALL_SHARDS, all);
+    clock.set(LATER);
+    const k = keyOn(b!.shard, LATER);
+    o.onReports(stating(k, 'n1', LIMIT, 1, 0, 1));
+    // A grant stating only what n1 took: written, not taken, the blanket counts it but is no record.
+    const g: Grant = { type: 'grant', keyId: k.keyId, windowId: k.windowId, windowMs: W, nodeId: 'n1', nodeEpoch: 'n1-e1', lease: 1, ownerEpoch: 7, grantSeq: 1, issued: 1 };
+    expect(o.committed(k.keyId, W, k.windowId)).to.equal(2);
+    expect(o.onRecord(g)).to.equal(false);
+    o.blanketLogged(b!, true);
+    expect(o.onRecord(g)).to.equal(true);
+    expect(o.onRecord({ ...g, issued: 2 }), 'a second credit').to.equal(false);
+  });
+
+  it('counts a member a later record ended only to that end in a replay, and lists at most 1,024, never its own process', () => {
+    const clock = new FakeClock(NOW);
+    const fleet = holding('n1');
+    const o = heldOwner(clock, fleet);
+    const [b] = covered(o);
+    fleet.holding = [];
+    clock.set(b!.startsBy - BLANKET_SPAN_MS / 2);
+    const next = o.blanketsDue([b!.shard], all)[0]!;
+    const s = heldOwner(clock, holding(), 8);
+    s.replay([b!, next].map((blanket) => ({ kind: 'blanket', blanket })));
+    let after = keyOn(b!.shard, next.startsBy);
+    while (after.start <= b!.startsBy) after = keyOn(b!.shard, next.startsBy, after.i + 1);
+    clock.set(after.start);
+    expect(countedIn(s, after), 'the blanket’s float credit; n1 left before this window').to.equal(1);
+
+    // Its own process first: never listed, whatever the fleet says.
+    const many = holding(HOLDER.nodeId, ...Array.from({ length: 1100 }, (_, i) => `m${i}`));
+    const p = heldOwner(new FakeClock(NOW), many);
+    const [c] = covered(p);
+    expect(c!.held?.holders).to.have.length(1024);
+    expect(c!.held?.holders.some((h) => h.nodeEpoch === HOLDER.nodeEpoch)).to.equal(false);
+  });
+
+  it('carries what nodes took in a checkpoint: counted once after it too', () => {
+    const clock = new FakeClock(NOW);
+    const o = heldOwner(clock, holding('n1', 'n2'));
+    covered(o);
+    clock.set(LATER);
+    const k = keyAt(13, LATER);
+    o.onReports(stating(k, 'n1', LIMIT, 1, 0, 1));
+    const s = heldOwner(clock, holding(), 8);
+    s.replay(o.snapshot(k.shard));
+    // Both members' credit and the blanket's float credit (its writer failed): n1's 1 not again.
+    expect(s.committed(k.keyId, W, k.windowId)).to.equal(3);
+  });
+
+  it('merges what the oldest of too many earlier blankets let members hold into the next: still counted', () => {
+    const clock = new FakeClock(NOW);
+    const k = keyAt(14, LATER);
+    const holders = [{ nodeId: 'n1', nodeEpoch: 'n1-e1', since: NOW - 1 }];
+    const oldest = { shard: k.shard, nodeId: 'h', nodeEpoch: 'h-e1', ownerEpoch: 1, startsAfter: NOW - 1, startsBy: k.start, retired: true, held: { min: MIN, startsBy: k.start, holders } };
+    const later = Array.from({ length: 512 }, (_, i) => ({
+      ...oldest,
+      ownerEpoch: 2 + i,
+      startsAfter: k.start + i,
+      startsBy: k.start + 1 + i,
+      held: { ...oldest.held, startsBy: k.start + 1 + i, holders: [] },
+    }));
+    const s = heldOwner(clock, holding(), 600);
+    s.replay([oldest, ...later].map((blanket) => ({ kind: 'blanket', blanket })));
+    clock.set(LATER);
+    expect(countedIn(s, k)).to.equal(1);
   });
 });
