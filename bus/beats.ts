@@ -1,4 +1,5 @@
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
+import type { HeldShard } from '../lib/owner/held.js';
 import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
 import type { RedisBusStats } from './redis-bus-types.js';
 import type { NodeIdentity } from './types.js';
@@ -7,6 +8,11 @@ import type { NodeIdentity } from './types.js';
 const CLOCK_SAMPLE_MS = 10_000;
 /** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
 const MAX_STATEMENT = 65_536;
+/** Characters of a statement its blankets' held parts may take at most: the shards beyond are left out. */
+const HELD_BUDGET = 24_576;
+
+/** An upper bound on the characters `h` takes in a statement (13-digit times, quotes and commas). */
+const heldChars = (h: HeldShard): number => h.holders.reduce((n, x) => n + x.nodeEpoch.length + 36, 64);
 
 /**
  * Heartbeat statements (`frl:{ctl}:beats`): this node's own, sealed for its next round, and the
@@ -61,7 +67,7 @@ export class BeatStatements {
    * nobody without the bus secret can state a member's contact fresh, its self-grant folded, or its
    * leave.
    */
-  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, membership: 'stay' | 'leave'): string {
+  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, membership: 'stay' | 'leave', held: readonly HeldShard[] = []): string {
     const { replyGot } = this;
     const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
     const groups = new Map<number, number[]>();
@@ -71,7 +77,10 @@ export class BeatStatements {
       if (g === undefined) groups.set(at, [s]);
       else g.push(s);
     }
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true };
+    // As many held parts as fit the budget (members of the rest ask, as before).
+    let room = HELD_BUDGET;
+    const stated = held.filter((h) => (room -= heldChars(h)) >= 0);
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, held: stated };
     return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
   }
 
@@ -107,5 +116,7 @@ export class BeatStatements {
 export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
   for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true };
+  const held = new Map<number, HeldShard>();
+  for (const h of st.held ?? []) held.set(h.shard, h);
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, held };
 }

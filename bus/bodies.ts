@@ -1,4 +1,5 @@
 import type { Blanket } from '../lib/owner/blankets.js';
+import { HOLDERS_MAX, type HeldShard } from '../lib/owner/held.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import { at, bad, bool, list, object, optional, pair, posint, quietly, str, uint, type Reader } from './body-readers.js';
@@ -63,6 +64,10 @@ export interface BeatStatement {
   selfGranted: Array<[number, number]>;
   /** It counts blankets in a replay (`lib/owner/blankets.ts`): absent from an older release's. */
   blankets?: boolean;
+  /** It counts what blankets' members may hold (`lib/owner/held.ts`): absent from an older release's. */
+  holds?: boolean;
+  /** Its blankets' taken held parts (`HeldShard`), each as [shard, owner epoch, startsAfter, startsBy, min, [[node epoch, since, until?]…]]. */
+  held?: HeldShard[];
 }
 
 /** A node process's fast-path listener. */
@@ -124,7 +129,33 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
   return unmarked === Infinity ? { entries: out, ...more } : unmarked < 0 ? { entries: out, ended, ...more } : { entries: out, ended, unmarked, ...more };
 };
 
-const decodeStatement = object<BeatStatement>({ freshAt: uint, stale: list(pair(uint, list(uint, 100_000)), 100_000), selfGranted: list(pair(uint, uint), 100_000), blankets: optional(bool) });
+const readHeldHolder: Reader<HeldShard['holders'][number]> = (v, p) => {
+  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [nodeEpoch, since, until?]');
+  const h = { nodeEpoch: str(v[0], at(p, '[0]')), since: uint(v[1], at(p, '[1]')) };
+  return v.length > 2 ? { ...h, until: uint(v[2], at(p, '[2]')) } : h;
+};
+const readHeldShard: Reader<HeldShard> = (v, p) => {
+  if (!Array.isArray(v) || v.length < 6) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min, holders]');
+  const [shard, ownerEpoch, startsAfter, startsBy, min] = [uint(v[0], at(p, '[0]')), posint(v[1], at(p, '[1]')), uint(v[2], at(p, '[2]')), uint(v[3], at(p, '[3]')), uint(v[4], at(p, '[4]'))];
+  return { shard, ownerEpoch, startsAfter, startsBy, min, holders: list(readHeldHolder, HOLDERS_MAX)(v[5], at(p, '[5]')) };
+};
+const encodeHeldShard = (h: HeldShard): unknown[] => [
+  h.shard,
+  h.ownerEpoch,
+  h.startsAfter,
+  h.startsBy,
+  h.min,
+  h.holders.map((x) => (x.until === undefined ? [x.nodeEpoch, x.since] : [x.nodeEpoch, x.since, x.until])),
+];
+
+const decodeStatement = object<BeatStatement>({
+  freshAt: uint,
+  stale: list(pair(uint, list(uint, 100_000)), 100_000),
+  selfGranted: list(pair(uint, uint), 100_000),
+  blankets: optional(bool),
+  holds: optional(bool),
+  held: optional(list(readHeldShard, 100_000)),
+});
 
 /** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
 export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
@@ -161,7 +192,14 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   beat: (b) => ({
     nodeId: b.nodeId,
     nodeEpoch: b.nodeEpoch,
-    statement: { freshAt: b.statement.freshAt, stale: b.statement.stale, selfGranted: b.statement.selfGranted, ...(b.statement.blankets ? { blankets: 1 } : {}) },
+    statement: {
+      freshAt: b.statement.freshAt,
+      stale: b.statement.stale,
+      selfGranted: b.statement.selfGranted,
+      ...(b.statement.blankets ? { blankets: 1 } : {}),
+      ...(b.statement.holds ? { holds: 1 } : {}),
+      ...(b.statement.held !== undefined && b.statement.held.length > 0 ? { held: b.statement.held.map(encodeHeldShard) } : {}),
+    },
     ...(b.left ? { left: 1 } : {}),
   }),
   fence: (b) => ({ shard: b.shard, epoch: b.epoch, nodeId: b.nodeId, nodeEpoch: b.nodeEpoch, ...(b.settled ? { settled: 1 } : {}) }),

@@ -4,6 +4,7 @@ import { heartbeat, type BeatStatements } from './beats.js';
 import { parseOwnerEntry } from './keys.js';
 import type { RedisBusOptions } from './redis-bus-types.js';
 import type { RoundReply } from './scripts.js';
+import { heldRanges, type HeldRange } from './held-ranges.js';
 import type { NodeIdentity } from './types.js';
 
 /** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
@@ -60,6 +61,8 @@ export class FleetTable {
   lastRoundOk = Number.NEGATIVE_INFINITY;
   /** This process's own node's self-grants as its owner side knows them at once: shard → batch round. */
   readonly ownSelfGrants = new Map<number, number>();
+  /** Per shard, what this process may take itself there (`heldFor`). */
+  private heldRanges: ReadonlyArray<HeldRange | undefined> = [];
   /** The last owner epoch seen per shard, kept while a shard has no owner. */
   private readonly knownEpochs: Array<number | undefined> = [];
   /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
@@ -167,6 +170,7 @@ export class FleetTable {
       this.maxEpoch = Math.max(this.maxEpoch, epoch);
       if (isOurs) ours.push({ shard: s, epoch, expiresAt: exp });
     }
+    this.heldRanges = heldRanges(this.table, this.members, me);
     return { redisNow, ours, blind: new Set(blind.map(Number)) };
   }
 
@@ -196,6 +200,25 @@ export class FleetTable {
   countsBlankets(): boolean {
     for (const m of this.members.values()) if (m.beat?.blankets !== true) return false;
     return true;
+  }
+
+  /**
+   * The members an owner's blankets list as taking credit themselves (`lib/owner/held.ts`): every
+   * verified member, once each states it counts that credit; none while one does not (an older
+   * release taking a shard over would not count it).
+   */
+  holders(): Array<{ nodeId: string; nodeEpoch: string }> {
+    const out: Array<{ nodeId: string; nodeEpoch: string }> = [];
+    for (const [nodeId, m] of this.members) {
+      if (m.beat?.holds !== true) return [];
+      out.push({ nodeId, nodeEpoch: m.epoch });
+    }
+    return out;
+  }
+
+  /** What this process may take itself in `shard` (`OwnerLink.held`), as of the last round reply. */
+  heldFor(shard: number): HeldRange | undefined {
+    return this.heldRanges[shard];
   }
 
   /**

@@ -151,6 +151,7 @@ export class RedisBus implements Bus {
       // Its own shards while it serves them, or will once the round reply is in (`awaitsRound`).
       local: (shard) => this.fleet.mine(shard) && this.reach.reachable(shard),
       fleetSize: () => (this.fleet.hadTable ? this.fleet.size() : Number.MAX_SAFE_INTEGER),
+      held: (shard) => this.fleet.heldFor(shard),
     };
   }
 
@@ -164,9 +165,9 @@ export class RedisBus implements Bus {
       size: () => this.fleet.size(),
       unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
       countsBlankets: () => this.fleet.countsBlankets(),
-      // L5 is for members this owner hears from through Redis. Its own node it hears in process: that
-      // node's silence was this very process's stall, and its self-grants reach the owner side the
-      // moment they are made (held back until their batch is folded), so there is nothing to wait for.
+      holders: () => this.fleet.holders(),
+      // L5 is for members heard through Redis. Its own node it hears in process: that node's silence was
+      // this process's stall, and its self-grants reach the owner side at once: nothing to wait for.
       rejoining: (nodeId, nodeEpoch) =>
         !(nodeId === this.identity?.nodeId && nodeEpoch === this.identity.nodeEpoch) && rejoining(this.fleet.members.get(nodeId), this.clock.monotonic(), this.opts.roundMs),
     };
@@ -184,10 +185,7 @@ export class RedisBus implements Bus {
     return this.rounds.ready;
   }
 
-  /**
-   * Round trip of answered fast-path asks, late ones included: count, and p50 and p99 in ms over the
-   * last 4096, or over those answered after the first `since` (a count read earlier).
-   */
+  /** Round trip of answered fast-path asks, late ones too: count, p50 and p99 (ms) of the last 4096 or since `since`. */
   fastPathRtt(since = 0): { count: number; p50: number; p99: number } {
     return this.asks.rtt(since);
   }

@@ -1,3 +1,5 @@
+import type { HeldShard } from './owner/held.js';
+
 /**
  * The fleet's one presence rule, in rounds, for every transport (the in-memory bus of the simulator
  * and the Redis bus alike), so the simulator measures the rule production runs.
@@ -51,6 +53,10 @@ export interface Heartbeat extends Omit<NodeBeat, 'contact'> {
   readonly stale: ReadonlyMap<number, number>;
   /** It counts blankets when it replays a shard's log (`lib/owner/blankets.ts`); an older release does not say so. */
   readonly blankets?: boolean;
+  /** It counts what blankets' members may hold (`lib/owner/held.ts`); an older release does not say so. */
+  readonly holds?: boolean;
+  /** By shard, the taken held parts of its blankets (`HeldShard`): what members may take by. */
+  readonly held?: ReadonlyMap<number, HeldShard>;
 }
 
 /**

@@ -1,0 +1,33 @@
+import type { Member, Ownership } from './fleet-table.js';
+import type { NodeIdentity } from './types.js';
+
+/** What a node may take itself in a shard (`OwnerLink.held`): in a window starting after `after` and by `by`, of a limit at least `min`. */
+export interface HeldRange {
+  readonly after: number;
+  readonly by: number;
+  readonly min: number;
+}
+
+/**
+ * Per shard, what the heartbeat statement of the process the ownership table names its owner, at the
+ * table's owner epoch, lets process `me` take itself (`lib/owner/held.ts`): a window starting after
+ * both the held part's start and `me`'s `since`, and by both its end and `me`'s `until`. Nothing in a
+ * shard `me` owns, nor from a statement that does not verify or names another process: a deposed
+ * owner's statement no longer counts once the table has moved on, and until then what it lets a member
+ * take is on record in the log the next owner replays.
+ */
+export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members: ReadonlyMap<string, Member>, me: NodeIdentity | undefined): Array<HeldRange | undefined> {
+  const out = new Array<HeldRange | undefined>(table.length);
+  if (me === undefined) return out;
+  table.forEach((o, s) => {
+    if (o === undefined || o.ours) return;
+    const m = members.get(o.owner);
+    const h = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held?.get(s) : undefined;
+    const x = h?.ownerEpoch === o.epoch ? h.holders.find((y) => y.nodeEpoch === me.nodeEpoch) : undefined;
+    if (h === undefined || x === undefined) return;
+    const after = Math.max(h.startsAfter, x.since);
+    const by = Math.min(h.startsBy, x.until ?? h.startsBy);
+    if (by > after) out[s] = { after, by, min: h.min };
+  });
+  return out;
+}

@@ -1,0 +1,67 @@
+import { expect } from 'chai';
+import type { HeldRange } from '../../bus/held-ranges.js';
+import { fleetSuite, limits, placeOf, until, windowLeftMs, type Member } from '../support/redis-members.js';
+
+/** What `m`'s bus lets its node take itself in `shard` now (`OwnerLink.held`). */
+const heldFor = (m: Member, shard: number): HeldRange | undefined => (m.bus as unknown as { fleet: { heldFor: (s: number) => HeldRange | undefined } }).fleet.heldFor(shard);
+
+/**
+ * A key of a shard `owner` owns whose current 1 s window `asker` may take credit in itself: the
+ * window started after the held range `asker` was given for it, and by its end. Keys are tried (and
+ * the clock waited on) until one is.
+ */
+async function coveredKey(asker: Member, owner: Member, salt: string): Promise<string> {
+  let found = '';
+  await until(
+    () => {
+      for (let i = 0; i < 2000; i++) {
+        const keyId = `v1:${`${salt}${i}`.padStart(22, 'h')}`;
+        const { shard } = placeOf(keyId, 1000);
+        const range = heldFor(asker, shard);
+        const start = Date.now() + windowLeftMs(keyId, 1000) - 1000;
+        // With a margin: the window's start is stated in whole ms, and the check runs again in acquire.
+        if (asker.bus.owners()[shard]?.owner === owner.nodeId && range !== undefined && start > range.after && start <= range.by - 50 && windowLeftMs(keyId, 1000) > 200) {
+          found = keyId;
+          return true;
+        }
+      }
+      return false;
+    },
+    'a key whose window the asker may take credit in',
+    15_000,
+  );
+  return found;
+}
+
+describe('Members’ credit under blankets over real Redis: a first sight with no ask', function () {
+  this.timeout(30_000);
+  const ctx = fleetSuite('hd');
+
+  it('a member’s first sight of a key another member owns is admitted at once, with no ask; its owner counts that credit once', async () => {
+    const a = ctx.join('a');
+    const b = ctx.join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    const keyId = await coveredKey(b, a, 'first');
+    const { windowId } = placeOf(keyId, 1000);
+    const asks = b.node.stats.fastPath;
+    expect(b.node.acquire(keyId, limits(1e9, 1000)), 'at once').to.deep.equal({ admitted: true });
+    expect(b.node.stats.fastPath, 'no ask').to.equal(asks);
+    expect(b.node.stats.heldTaken).to.equal(1);
+    // a counts b's credit in the window once b's report of it made the ledger, and once only: what b
+    // holds (the 1 it took, and any top-up a granted since) is all a counts.
+    await until(() => a.owner.spent(keyId, 1000, windowId) === 1, 'b’s report folded by a');
+    expect(a.owner.issued(keyId, 1000, windowId)).to.be.at.least(1);
+    expect(a.owner.committed(keyId, 1000, windowId)).to.equal(a.owner.issued(keyId, 1000, windowId));
+  });
+
+  it('a member takes nothing in a window of a plan below the least allowance: it asks', async () => {
+    const a = ctx.join('a');
+    const b = ctx.join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    const keyId = await coveredKey(b, a, 'small');
+    const asks = b.node.stats.fastPath;
+    await b.node.acquire(keyId, limits(100, 1000));
+    expect(b.node.stats.fastPath).to.equal(asks + 1);
+    expect(b.node.stats.heldTaken).to.equal(0);
+  });
+});
