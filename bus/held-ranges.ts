@@ -11,8 +11,9 @@ export interface HeldRange {
 /**
  * Per shard, what the heartbeat statement of the process the ownership table names its owner, at the
  * table's owner epoch, lets process `me` take itself (`lib/owner/held.ts`): a window starting after
- * both the held part's start and `me`'s `since`, and by both its end and `me`'s `until`. Nothing in a
- * shard `me` owns, nor from a statement that does not verify or names another process: a deposed
+ * both the held part's start and `me`'s `since`, and by both its end and `me`'s `until` — in a shard
+ * `me` owns too, by its own statement. Nothing from a statement that does not verify or names another
+ * process: a deposed
  * owner's statement no longer counts once the table has moved on, and until then what it lets a member
  * take is on record in the log the next owner replays.
  */
@@ -20,7 +21,7 @@ export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members:
   const out = new Array<HeldRange | undefined>(table.length);
   if (me === undefined) return out;
   table.forEach((o, s) => {
-    if (o === undefined || o.ours) return;
+    if (o === undefined) return;
     const m = members.get(o.owner);
     const h = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held?.get(s) : undefined;
     const x = h?.ownerEpoch === o.epoch ? h.holders.find((y) => y.nodeEpoch === me.nodeEpoch) : undefined;

@@ -126,12 +126,13 @@ export class Floats {
   /**
    * The blankets to log now on the shards this owner serves (`Blankets.due`): none until floats are
    * on, nor while a member may not count them (`FleetView.countsBlankets`). They list the members
-   * that may take credit themselves under them (`FleetView.holders`), other than this process.
+   * that may take credit themselves under them (`FleetView.holders`), this process's own node too: in
+   * process, its ask would wait for the log whenever the answer is more than the float holds.
    */
   blanketsDue(shards: Iterable<number>, serving: (shard: number) => boolean): Blanket[] {
     const holder = this.cfg.floatHolder;
     if (holder === undefined || !this.turnedOn) return [];
-    const members = (this.cfg.fleet.holders?.() ?? []).filter((m) => m.nodeEpoch !== holder.nodeEpoch);
+    const members = this.cfg.fleet.holders?.() ?? [];
     const held = {
       members,
       min: this.cfg.heldMinAllowance ?? HELD_MIN_ALLOWANCE,

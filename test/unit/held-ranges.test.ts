@@ -48,6 +48,7 @@ describe('members’ credit under blankets, as the bus states it', () => {
       owns('a', 'a-e0', 5),
       owns('me', 'me-e1', 5, true),
     ];
+    members.set('me', member('me-e1', [part(7, 5, [{ nodeEpoch: 'me-e1', since: 0 }])]));
     members.get('a')!.beat = {
       ...members.get('a')!.beat!,
       held: new Map([...members.get('a')!.beat!.held!, [6, part(6, 5, [{ nodeEpoch: 'me-e1', since: 0 }])], [7, part(7, 5, [{ nodeEpoch: 'me-e1', since: 0 }])]]),
@@ -60,7 +61,7 @@ describe('members’ credit under blankets, as the bus states it', () => {
       undefined, // listed only after the part's end
       undefined, // the owner's statement does not verify
       undefined, // the table names another process of the owner
-      undefined, // a shard it owns itself
+      { after: 1000, by: 5000, min: 16_384 }, // a shard it owns itself, by its own statement
     ]);
     expect(heldRanges(table, members, undefined)).to.deep.equal(new Array(8).fill(undefined));
   });

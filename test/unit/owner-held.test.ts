@@ -258,7 +258,7 @@ describe('members’ credit under blankets', () => {
     expect(o.onRecord({ ...g, issued: 2 }), 'a second credit').to.equal(false);
   });
 
-  it('counts a member a later record ended only to that end in a replay, and lists at most 1,024, never its own process', () => {
+  it('counts a member a later record ended only to that end in a replay, and lists at most 1,024', () => {
     const clock = new FakeClock(NOW);
     const fleet = holding('n1');
     const o = heldOwner(clock, fleet);
@@ -273,12 +273,12 @@ describe('members’ credit under blankets', () => {
     clock.set(after.start);
     expect(countedIn(s, after), 'the blanket’s float credit; n1 left before this window').to.equal(1);
 
-    // Its own process first: never listed, whatever the fleet says.
+    // Its own process among them: listed like any other (its node too takes its credit itself).
     const many = holding(HOLDER.nodeId, ...Array.from({ length: 1100 }, (_, i) => `m${i}`));
     const p = heldOwner(new FakeClock(NOW), many);
     const [c] = covered(p);
     expect(c!.held?.holders).to.have.length(1024);
-    expect(c!.held?.holders.some((h) => h.nodeEpoch === HOLDER.nodeEpoch)).to.equal(false);
+    expect(c!.held?.holders[0]!.nodeEpoch).to.equal(HOLDER.nodeEpoch);
   });
 
   it('carries what nodes took in a checkpoint: counted once after it too', () => {
