@@ -1,5 +1,5 @@
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
-import type { HeldShard } from '../lib/owner/held.js';
+import type { HeldShard, HeldStatement } from '../lib/owner/held.js';
 import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
 import type { RedisBusStats } from './redis-bus-types.js';
 import type { NodeIdentity } from './types.js';
@@ -10,9 +10,16 @@ const CLOCK_SAMPLE_MS = 10_000;
 const MAX_STATEMENT = 65_536;
 /** Characters of a statement its blankets' held parts may take at most: the shards beyond are left out. */
 const HELD_BUDGET = 24_576;
+/** An upper bound on the characters of one holder, beyond its node epoch, and of one shard (13-digit times). */
+const HOLDER_CHARS = 40;
+const SHARD_CHARS = 72;
 
-/** An upper bound on the characters `h` takes in a statement (13-digit times, quotes and commas). */
-const heldChars = (h: HeldShard): number => h.holders.reduce((n, x) => n + x.nodeEpoch.length + 36, 64);
+/** `held` cut to the budget: its members, then as many shards as fit (none if its members do not). */
+function budgeted(held: HeldStatement): HeldStatement {
+  const room = HELD_BUDGET - held.holders.reduce((n, x) => n + x.nodeEpoch.length + HOLDER_CHARS, 16);
+  const shards = room < 0 ? [] : held.shards.slice(0, Math.max(0, Math.floor(room / SHARD_CHARS)));
+  return { holders: shards.length === 0 ? [] : held.holders, shards };
+}
 
 /**
  * Heartbeat statements (`frl:{ctl}:beats`): this node's own, sealed for its next round, and the
@@ -67,7 +74,7 @@ export class BeatStatements {
    * nobody without the bus secret can state a member's contact fresh, its self-grant folded, or its
    * leave.
    */
-  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, membership: 'stay' | 'leave', held: readonly HeldShard[] = []): string {
+  seal(b: NodeBeat, { nodeId, nodeEpoch }: NodeIdentity, membership: 'stay' | 'leave', held: HeldStatement = { holders: [], shards: [] }): string {
     const { replyGot } = this;
     const c = replyGot === undefined ? { freshAt: 0, stale: new Map<number, number>() } : statedContact(b.contact, (t) => Math.floor(this.replyAt + (t - replyGot)));
     const groups = new Map<number, number[]>();
@@ -78,9 +85,7 @@ export class BeatStatements {
       else g.push(s);
     }
     // As many held parts as fit the budget (members of the rest ask, as before).
-    let room = HELD_BUDGET;
-    const stated = held.filter((h) => (room -= heldChars(h)) >= 0);
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, held: stated };
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, held: budgeted(held) };
     return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
   }
 
@@ -116,7 +121,8 @@ export class BeatStatements {
 export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
   for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  const held = new Map<number, HeldShard>();
-  for (const h of st.held ?? []) held.set(h.shard, h);
+  const shards = new Map<number, HeldShard>();
+  for (const h of st.held?.shards ?? []) shards.set(h.shard, h);
+  const held = { holders: st.held?.holders ?? [], shards };
   return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, held };
 }

@@ -1,5 +1,5 @@
 import type { Blanket } from '../lib/owner/blankets.js';
-import { HOLDERS_MAX, type HeldShard } from '../lib/owner/held.js';
+import { HOLDERS_MAX, type HeldShard, type HeldStatement } from '../lib/owner/held.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import { at, bad, bool, list, object, optional, pair, posint, quietly, str, uint, type Reader } from './body-readers.js';
@@ -66,8 +66,11 @@ export interface BeatStatement {
   blankets?: boolean;
   /** It counts what blankets' members may hold (`lib/owner/held.ts`): absent from an older release's. */
   holds?: boolean;
-  /** Its blankets' taken held parts (`HeldShard`), each as [shard, owner epoch, startsAfter, startsBy, min, [[node epoch, since, until?]…]]. */
-  held?: HeldShard[];
+  /**
+   * Its blankets' taken held parts (`HeldStatement`): [[[node epoch, since, until?]…], [[shard, owner
+   * epoch, startsAfter, startsBy, min]…]].
+   */
+  held?: HeldStatement;
 }
 
 /** A node process's fast-path listener. */
@@ -129,23 +132,22 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
   return unmarked === Infinity ? { entries: out, ...more } : unmarked < 0 ? { entries: out, ended, ...more } : { entries: out, ended, unmarked, ...more };
 };
 
-const readHeldHolder: Reader<HeldShard['holders'][number]> = (v, p) => {
+const readHeldHolder: Reader<HeldStatement['holders'][number]> = (v, p) => {
   if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [nodeEpoch, since, until?]');
   const h = { nodeEpoch: str(v[0], at(p, '[0]')), since: uint(v[1], at(p, '[1]')) };
   return v.length > 2 ? { ...h, until: uint(v[2], at(p, '[2]')) } : h;
 };
 const readHeldShard: Reader<HeldShard> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 6) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min, holders]');
-  const [shard, ownerEpoch, startsAfter, startsBy, min] = [uint(v[0], at(p, '[0]')), posint(v[1], at(p, '[1]')), uint(v[2], at(p, '[2]')), uint(v[3], at(p, '[3]')), uint(v[4], at(p, '[4]'))];
-  return { shard, ownerEpoch, startsAfter, startsBy, min, holders: list(readHeldHolder, HOLDERS_MAX)(v[5], at(p, '[5]')) };
+  if (!Array.isArray(v) || v.length < 5) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min]');
+  return { shard: uint(v[0], at(p, '[0]')), ownerEpoch: posint(v[1], at(p, '[1]')), startsAfter: uint(v[2], at(p, '[2]')), startsBy: uint(v[3], at(p, '[3]')), min: uint(v[4], at(p, '[4]')) };
 };
-const encodeHeldShard = (h: HeldShard): unknown[] => [
-  h.shard,
-  h.ownerEpoch,
-  h.startsAfter,
-  h.startsBy,
-  h.min,
+const readHeld: Reader<HeldStatement> = (v, p) => {
+  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [holders, shards]');
+  return { holders: list(readHeldHolder, HOLDERS_MAX)(v[0], at(p, '[0]')), shards: list(readHeldShard, 100_000)(v[1], at(p, '[1]')) };
+};
+const encodeHeld = (h: HeldStatement): unknown[] => [
   h.holders.map((x) => (x.until === undefined ? [x.nodeEpoch, x.since] : [x.nodeEpoch, x.since, x.until])),
+  h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min]),
 ];
 
 const decodeStatement = object<BeatStatement>({
@@ -154,7 +156,7 @@ const decodeStatement = object<BeatStatement>({
   selfGranted: list(pair(uint, uint), 100_000),
   blankets: optional(bool),
   holds: optional(bool),
-  held: optional(list(readHeldShard, 100_000)),
+  held: optional(readHeld),
 });
 
 /** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
@@ -198,7 +200,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
       selfGranted: b.statement.selfGranted,
       ...(b.statement.blankets ? { blankets: 1 } : {}),
       ...(b.statement.holds ? { holds: 1 } : {}),
-      ...(b.statement.held !== undefined && b.statement.held.length > 0 ? { held: b.statement.held.map(encodeHeldShard) } : {}),
+      ...(b.statement.held !== undefined && b.statement.held.shards.length > 0 ? { held: encodeHeld(b.statement.held) } : {}),
     },
     ...(b.left ? { left: 1 } : {}),
   }),

@@ -7,6 +7,9 @@ import type { RoundReply } from './scripts.js';
 import { heldRanges, type HeldRange } from './held-ranges.js';
 import type { NodeIdentity } from './types.js';
 
+/** The largest fleet whose owners list members in their blankets (`holders`). */
+export const HELD_MEMBERS_MAX = 16;
+
 /** Rounds an owner's lease on a shard lasts without renewal; also the silence after which a member is taken for gone. */
 export const LEASE_ROUNDS = 10;
 /** An owner epoch further ahead of Redis time (ms) than this was written in, never claimed (`lua/round.lua`). */
@@ -204,11 +207,13 @@ export class FleetTable {
 
   /**
    * The members an owner's blankets list as taking credit themselves (`lib/owner/held.ts`): every
-   * verified member, once each states it counts that credit; none while one does not (an older
-   * release taking a shard over would not count it).
+   * member, once each states it counts that credit; none while one does not (an older release taking
+   * a shard over would not count it), nor in a fleet of more than HELD_MEMBERS_MAX (every member's
+   * statement lists them all, and every member reads every statement each round).
    */
   holders(): Array<{ nodeId: string; nodeEpoch: string }> {
     const out: Array<{ nodeId: string; nodeEpoch: string }> = [];
+    if (this.members.size > HELD_MEMBERS_MAX) return out;
     for (const [nodeId, m] of this.members) {
       if (m.beat?.holds !== true) return [];
       out.push({ nodeId, nodeEpoch: m.epoch });

@@ -1,4 +1,5 @@
 import type { Member, Ownership } from './fleet-table.js';
+import type { HeldStatement } from '../lib/owner/held.js';
 import type { NodeIdentity } from './types.js';
 
 /** What a node may take itself in a shard (`OwnerLink.held`): in a window starting after `after` and by `by`, of a limit at least `min`. */
@@ -23,8 +24,11 @@ export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members:
   table.forEach((o, s) => {
     if (o === undefined) return;
     const m = members.get(o.owner);
-    const h = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held?.get(s) : undefined;
-    const x = h?.ownerEpoch === o.epoch ? h.holders.find((y) => y.nodeEpoch === me.nodeEpoch) : undefined;
+    const held = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held : undefined;
+    const h = held?.shards.get(s);
+    // Its latest entry: one that left and came back is listed again after its ended one.
+    let x: HeldStatement['holders'][number] | undefined;
+    if (h?.ownerEpoch === o.epoch) for (const y of held!.holders) if (y.nodeEpoch === me.nodeEpoch) x = y;
     if (h === undefined || x === undefined) return;
     const after = Math.max(h.startsAfter, x.since);
     const by = Math.min(h.startsBy, x.until ?? h.startsBy);

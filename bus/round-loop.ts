@@ -137,7 +137,12 @@ export class RoundLoop {
     const me = ctx.identity()!;
     const roundMs = ctx.opts.roundMs;
     const sent = ctx.clock.monotonic();
-    const statement = parts.beats.seal(this.nodeBeat, me, membership, ctx.owner()?.heldStatement?.());
+    const statement = parts.beats.seal(
+      this.nodeBeat,
+      me,
+      membership,
+      ctx.owner()?.heldStatement?.((s) => ctx.serving(s)),
+    );
     const reply = await roundScript(ctx.redis, ctx.keys, {
       nodeId: me.nodeId,
       nodeEpoch: me.nodeEpoch,

@@ -1,6 +1,6 @@
 import type { FleetView } from '../lib/fold-owner.js';
 import type { OwnerLink } from '../lib/lease-node.js';
-import type { Blanket, HeldShard } from '../lib/owner/blankets.js';
+import type { Blanket, HeldStatement } from '../lib/owner/blankets.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import type { NodeStatus } from './keys.js';
@@ -43,7 +43,7 @@ export interface CreditOwner {
   /** A shard given up cleanly, every write back: its blanket's retirement to log, if any, with its floats' grants. */
   retireBlanket?(shard: number): { blanket: Blanket; grants: Grant[] } | undefined;
   /** Its blankets' taken held parts, for its heartbeat statement (`lib/owner/held.ts`). */
-  heldStatement?(): HeldShard[];
+  heldStatement?(serving: (shard: number) => boolean): HeldStatement;
 }
 
 /** Identity of a connected node process. */

@@ -30,12 +30,7 @@ export class Subject {
   ) {
     this.buckets = limits.windows.map((w) => {
       const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
-      if (i < 0) {
-        const b = new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
-        // The key may have had this window length before the last change, and taken credit in it.
-        if (previous !== undefined) b.noTake = true;
-        return b;
-      }
+      if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
       const kept = previous!.buckets[i] as Bucket;
       // The allowance may have grown: the owner may have credit now, so this round's ask is not spent.
       kept.fastRound = -1;
@@ -61,6 +56,12 @@ export class Subject {
 const EVICTION_SCAN = 32;
 
 /**
+ * How long after its window's end a dropped bucket's credit taken under a blanket is remembered: a
+ * wall clock stepped back (within the skew) could bring that window back.
+ */
+const TAKEN_KEPT_MS = 1000;
+
+/**
  * The node's buckets, keyed by key id, capped by LRU (approximated as a clock: a touch only stamps the
  * round, the eviction scan gives a key touched since it was queued a second chance). Only buckets with no credit or of a past window,
  * already reported, are evicted; an evicted key is reloaded through the owner on next sight, under a
@@ -76,6 +77,13 @@ export class BucketMap {
   evictions = 0;
 
   private leases = 0;
+
+  /**
+   * Windows in which a bucket dropped from the map (evicted, or left out by a policy change) had
+   * taken credit under a blanket, by key id: [window length, window end, …]. Owners count one such
+   * credit per node process and window, so a bucket made again there takes none (`tookBefore`).
+   */
+  private readonly taken = new Map<string, number[]>();
 
   /**
    * @param maxBuckets the cap
@@ -110,6 +118,7 @@ export class BucketMap {
       this.bucketCount -= found.buckets.length;
       // The old subject is gone: it must not report the buckets it shares with its successor.
       found.evicted = true;
+      this.remember(found, nowMs);
     }
     // After a policy change, windows of the same length keep their lease: the owner still counts it.
     const subject = new Subject(keyId, limits, () => ++this.leases, found);
@@ -142,6 +151,7 @@ export class BucketMap {
       if (subject.touchedRound <= subject.queuedRound && subject.touchedRound !== round && subject.evictable(nowMs)) {
         this.bucketCount -= subject.buckets.length;
         this.evictions++;
+        this.remember(subject, nowMs);
       } else {
         subject.queuedRound = round;
         this.map.set(keyId, subject);
@@ -153,13 +163,41 @@ export class BucketMap {
       scanned = 0;
       for (const [keyId, subject] of this.map) {
         if (scanned++ >= EVICTION_SCAN || this.bucketCount + adding <= this.maxBuckets) break;
-        if (subject.touchedRound === round || subject.buckets.some((b) => b.holdsTaken(nowMs))) continue;
+        if (subject.touchedRound === round) continue;
         this.release(subject);
         this.map.delete(keyId);
         this.bucketCount -= subject.buckets.length;
         this.evictions++;
+        this.remember(subject, nowMs);
       }
     }
     if (this.bucketCount + adding > this.maxBuckets) this.overCap++;
+  }
+
+  /** Whether a bucket of `keyId` for windows of `windowMs`, dropped earlier, took credit in the window ending at `windowEnd` or a later one. */
+  tookBefore(keyId: string, windowMs: number, windowEnd: number): boolean {
+    const list = this.taken.size === 0 ? undefined : this.taken.get(keyId);
+    if (list !== undefined) for (let i = 0; i < list.length; i += 2) if (list[i] === windowMs && list[i + 1]! >= windowEnd) return true;
+    return false;
+  }
+
+  /** Forgets what dropped buckets took in windows that ended more than TAKEN_KEPT_MS ago. */
+  forgetTaken(nowMs: number): void {
+    for (const [keyId, list] of this.taken) {
+      const kept: number[] = [];
+      for (let i = 0; i < list.length; i += 2) if (list[i + 1]! > nowMs - TAKEN_KEPT_MS) kept.push(list[i]!, list[i + 1]!);
+      if (kept.length === 0) this.taken.delete(keyId);
+      else if (kept.length < list.length) this.taken.set(keyId, kept);
+    }
+  }
+
+  /** Remembers the windows `subject`'s buckets took credit in under a blanket, as it is dropped. */
+  private remember(subject: Subject, nowMs: number): void {
+    for (const b of subject.buckets) {
+      if (!b.blanketed || b.windowEnd <= nowMs - TAKEN_KEPT_MS) continue;
+      const list = this.taken.get(subject.keyId);
+      if (list === undefined) this.taken.set(subject.keyId, [b.windowMs, b.windowEnd]);
+      else list.push(b.windowMs, b.windowEnd);
+    }
   }
 }

@@ -18,13 +18,6 @@ const DIRTY = 1;
 const UNREPORTED = 2;
 const LATE_UNSURE = 4;
 const BLANKETED = 8;
-const NO_TAKE = 16;
-
-/**
- * How long after its window's end a bucket holding credit it took itself under a blanket is kept
- * (never evicted): a bucket made again for that window after a clock stepped back would take it again.
- */
-export const BLANKETED_KEPT_MS = 1000;
 
 /**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
@@ -80,7 +73,7 @@ export class Bucket {
   exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */
   exhaustedSeq = 0;
-  /** `dirty`, `unreported`, `lateUnsure`, `blanketed` and `noTake` as bits: one small integer field. */
+  /** `dirty`, `unreported`, `lateUnsure` and `blanketed` as bits: one small integer field. */
   private flags = 0;
 
   /**
@@ -141,17 +134,6 @@ export class Bucket {
     this.flags = v ? this.flags | BLANKETED : this.flags & ~BLANKETED;
   }
 
-  /**
-   * Made by a policy change for a window length the key's last policy may have had (and taken credit
-   * in under a blanket): takes none in its first window.
-   */
-  get noTake(): boolean {
-    return (this.flags & NO_TAKE) !== 0;
-  }
-  set noTake(v: boolean) {
-    this.flags = v ? this.flags | NO_TAKE : this.flags & ~NO_TAKE;
-  }
-
   /** Credit available to the request path. */
   get credit(): number {
     return this.issued + this.selfIssued - this.spent - this.released;
@@ -160,7 +142,6 @@ export class Bucket {
   /** Moves the bucket to a new window: a past window's credit is void; a pre-grant for this one applies. */
   roll(windowId: number): void {
     const pre = this.nextWindowId === windowId;
-    if (this.windowId !== -1) this.noTake = false;
     this.blanketed = false;
     this.windowId = windowId;
     this.issued = pre ? this.nextIssued : 0;
@@ -183,16 +164,8 @@ export class Bucket {
     this.unreported = false;
   }
 
-  /**
-   * Whether the bucket could be dropped without losing usable credit, nor letting a bucket made again
-   * take credit under a blanket a second time in its window.
-   */
+  /** Whether the bucket could be dropped without losing usable credit. */
   evictable(nowMs: number): boolean {
-    return (this.credit <= 0 || this.windowEnd <= nowMs) && this.nextIssued === 0 && !this.holdsTaken(nowMs);
-  }
-
-  /** Took credit under a blanket in a window not ended `BLANKETED_KEPT_MS` ago: kept, whatever the map's cap. */
-  holdsTaken(nowMs: number): boolean {
-    return this.blanketed && this.windowEnd > nowMs - BLANKETED_KEPT_MS;
+    return (this.credit <= 0 || this.windowEnd <= nowMs) && this.nextIssued === 0;
   }
 }

@@ -1,7 +1,7 @@
 import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
 import { BUSY_ROUNDS } from './lease-size.js';
-import { Blankets, type Blanket, type HeldShard } from './owner/blankets.js';
+import { Blankets, type Blanket, type HeldStatement } from './owner/blankets.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
 import { newStats, type FoldOwnerConfig, type FoldOwnerStats } from './owner/config.js';
@@ -135,7 +135,7 @@ export class FoldOwner {
   }
 
   /** The taken held parts of its blankets, for its heartbeat (`Blankets.statement`). */
-  readonly heldStatement = (): HeldShard[] => this.blankets.statement();
+  readonly heldStatement = (serving: (shard: number) => boolean): HeldStatement => this.blankets.statement(serving);
 
   /** A shard given up cleanly, every write back: its blanket's retirement to log, if any (`Blankets.retire`). */
   retireBlanket(shard: number): { blanket: Blanket; grants: Grant[] } | undefined {

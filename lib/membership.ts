@@ -1,4 +1,4 @@
-import type { HeldShard } from './owner/held.js';
+import type { HeldShard, HeldStatement } from './owner/held.js';
 
 /**
  * The fleet's one presence rule, in rounds, for every transport (the in-memory bus of the simulator
@@ -55,8 +55,8 @@ export interface Heartbeat extends Omit<NodeBeat, 'contact'> {
   readonly blankets?: boolean;
   /** It counts what blankets' members may hold (`lib/owner/held.ts`); an older release does not say so. */
   readonly holds?: boolean;
-  /** By shard, the taken held parts of its blankets (`HeldShard`): what members may take by. */
-  readonly held?: ReadonlyMap<number, HeldShard>;
+  /** The taken held parts of its blankets, by shard, and its members (`HeldStatement`): what members may take by. */
+  readonly held?: { readonly holders: HeldStatement['holders']; readonly shards: ReadonlyMap<number, HeldShard> };
 }
 
 /**

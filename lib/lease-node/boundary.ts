@@ -83,14 +83,14 @@ export abstract class NodeBoundary extends NodeReports {
    * `HELD` credit itself, with no ask, if the shard's owner lets it (`OwnerLink.held`: a blanket of
    * the current owner epoch whose write was taken lists this process, covering the window's start,
    * for windows of at least its limit). Every owner counts that credit committed there, taken or not.
-   * Once per window: a bucket holding it is not evicted (`Bucket.holdsTaken`), and one a policy change
-   * made takes none in its first window. Never when the map is full (the bucket could not be kept).
+   * Once per window: a bucket made again after one that took was dropped (evicted, or left out by a
+   * policy change) takes none there, nor in an earlier window (`BucketMap.tookBefore`).
    */
   protected takeHeld(keyId: string, b: Bucket, w: WindowSpec): void {
-    if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed || b.noTake || this.buckets.size > this.buckets.maxBuckets) return;
+    if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed) return;
     const h = this.link.held?.(shardOf(keyId, b.windowId, this.cfg.shards));
     const start = b.windowEnd - w.windowMs;
-    if (h === undefined || w.limit < h.min || start <= h.after || start > h.by) return;
+    if (h === undefined || w.limit < h.min || start <= h.after || start > h.by || this.buckets.tookBefore(keyId, w.windowMs, b.windowEnd)) return;
     b.issued = HELD;
     b.blanketed = true;
     this.stats.heldTaken++;
@@ -111,10 +111,10 @@ export abstract class NodeBoundary extends NodeReports {
     return selfGranted;
   }
 
-  /** Every 40 rounds, forgets the self-grants of windows that have ended. */
+  /** Every 40 rounds, forgets the self-grants of windows that have ended, and what dropped buckets took in them. */
   protected forgetEndedSelfGrants(now: number): void {
-    if (this.selfGrantedWindows.size > 0 && this.roundNo % 40 === 0) {
-      for (const [mark, end] of this.selfGrantedWindows) if (end <= now) this.selfGrantedWindows.delete(mark);
-    }
+    if (this.roundNo % 40 !== 0) return;
+    for (const [mark, end] of this.selfGrantedWindows) if (end <= now) this.selfGrantedWindows.delete(mark);
+    this.buckets.forgetTaken(now);
   }
 }

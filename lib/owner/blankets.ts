@@ -1,8 +1,8 @@
 import { FLOAT_PREFIX, leaseFor, type Ledger } from '../ledger-store.js';
 import type { LogEntry } from '../protocol/log.js';
-import { extended, holdIn, mergeHeld, recorded, type Held, type HeldOptions, type HeldShard } from './held.js';
+import { extended, holdIn, mergeHeld, recorded, relist, type Held, type HeldOptions, type HeldShard, type HeldStatement, type Holder } from './held.js';
 
-export type { HeldShard };
+export type { HeldStatement };
 
 /**
  * A blanket covers the windows of its shard that start by `startsBy`, this long ahead of the time it
@@ -101,6 +101,8 @@ function widened(into: Blanket, b: Blanket): Blanket {
  */
 export class Blankets {
   private readonly own = new Map<number, Own>();
+  /** The members its blankets list (`relist`): one list for every shard. */
+  private roster: readonly Holder[] = [];
   /** Earlier owners' (and this process's under earlier epochs), by shard: replayed, counted in every covered window. */
   private readonly inherited = new Map<number, Blanket[]>();
   /** Whether every member counts blankets (`FleetView.countsBlankets`), as of the last `due`. */
@@ -128,6 +130,12 @@ export class Blankets {
     if (!allowed) return [];
     const out: Blanket[] = [];
     const at = Math.floor(now);
+    // Members listed anew hold nothing in windows any of its blankets' held parts was written for.
+    if (held !== undefined) {
+      let from = at;
+      for (const o of this.own.values()) from = Math.max(from, o.blanket.held?.startsBy ?? o.blanket.startsBy);
+      this.roster = relist(this.roster, held.members, from, now - FORGOTTEN_AFTER_MS);
+    }
     for (const shard of shards) {
       if (!serving(shard)) continue;
       const epoch = ownerEpoch(shard);
@@ -139,7 +147,7 @@ export class Blankets {
         this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, heldTaken: Number.NEGATIVE_INFINITY, rewrite: true, lost: false }));
       } else if (!o.rewrite && o.blanket.startsBy - at > BLANKET_SPAN_MS / 2) continue;
       const by = Math.max(o.blanket.startsBy, at + BLANKET_SPAN_MS);
-      o.blanket = held === undefined || (held.members.length === 0 && o.blanket.held === undefined) ? { ...o.blanket, startsBy: by } : extended(o.blanket, by, held, now - FORGOTTEN_AFTER_MS);
+      o.blanket = held === undefined || (this.roster.length === 0 && o.blanket.held === undefined) ? { ...o.blanket, startsBy: by } : extended(o.blanket, by, held, this.roster);
       o.rewrite = false;
       out.push(o.blanket);
     }
@@ -173,19 +181,19 @@ export class Blankets {
   }
 
   /**
-   * The held parts of this owner's blankets as far as their writes were taken, for its heartbeat:
-   * members take credit by them (`HeldShard`). Members listed only after the last taken end are left out.
+   * The held parts of its blankets as far as their writes were taken, of the shards it serves, for its
+   * heartbeat (`HeldStatement`), with its current members: a shard's record the log took may list
+   * fewer, but each listed since was listed from a later end than that record's, so it holds nothing
+   * there; and one ended since holds no more than the record said.
    */
-  statement(): HeldShard[] {
-    const out: HeldShard[] = [];
+  statement(serving: (shard: number) => boolean): HeldStatement {
+    const shards: HeldShard[] = [];
     for (const [shard, o] of this.own) {
       const h = o.blanket.held;
       const startsBy = Math.min(o.heldTaken, h?.startsBy ?? o.heldTaken);
-      if (h === undefined || startsBy <= o.blanket.startsAfter) continue;
-      const holders = h.holders.filter((x) => x.since < startsBy);
-      if (holders.length > 0) out.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min, holders });
+      if (h !== undefined && startsBy > o.blanket.startsAfter && serving(shard)) shards.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min });
     }
-    return out;
+    return { holders: shards.length === 0 ? [] : this.roster, shards };
   }
 
   /**

@@ -3,8 +3,8 @@ import type { Blanket } from './blankets.js';
 
 /**
  * Windows whose allowance is below this hold no member's credit: a member that never sees the key
- * there strands its credit, which must be a small part of the allowance (at most 50 members: under
- * 0.31 %).
+ * there strands its credit, which must be a small part of the allowance (at most 16 members, as the
+ * Redis bus lists them: under 0.1 %).
  */
 export const HELD_MIN_ALLOWANCE = 16_384;
 
@@ -33,18 +33,24 @@ export interface Holder {
   readonly until?: number;
 }
 
-/**
- * One shard's held part as its owner states it to members each round (`Blankets.statement`): what the
- * log took of it, under `ownerEpoch`. A member listed there may take credit in a window starting after
- * both `startsAfter` and its `since`, and by both `startsBy` and its `until`, of a limit at least `min`.
- */
+/** One shard's held part as far as the log took it, under `ownerEpoch` (`HeldStatement`). */
 export interface HeldShard {
   readonly shard: number;
   readonly ownerEpoch: number;
   readonly startsAfter: number;
   readonly startsBy: number;
   readonly min: number;
+}
+
+/**
+ * What an owner states to members each round of its blankets' held parts (`Blankets.statement`): its
+ * members, the same in every shard it owns, and per shard what the log took. A member listed may take
+ * credit in a window of a shard starting after both the shard's `startsAfter` and its own `since`,
+ * and by both the shard's `startsBy` and its own `until`, of a limit at least `min`.
+ */
+export interface HeldStatement {
   readonly holders: readonly Pick<Holder, 'nodeEpoch' | 'since' | 'until'>[];
+  readonly shards: readonly HeldShard[];
 }
 
 /** What an owner needs to list members in its blankets (`Blankets.due`). */
@@ -104,12 +110,13 @@ export function recorded(l: Ledger, b: Blanket, nodeEpoch: string, taken: number
 }
 
 /**
- * `list` with `members` listed from `from` (the blanket's `startsBy` written so far) on: a member not
- * listed yet holds nothing in windows starting by then; one no longer a member holds nothing in
- * windows starting after it, and is forgotten once its end is before `forgetBefore`. At most
- * HOLDERS_MAX: a member beyond them asks for its credit, as before. The same array if nothing changed.
+ * `list` with `members` listed from `from` (the latest end any of its blankets' held parts was written
+ * with) on: a member not listed yet holds nothing in windows starting by then; one no longer a member
+ * holds nothing in windows starting after it, and is forgotten once its end is before `forgetBefore`.
+ * At most HOLDERS_MAX: a member beyond them asks for its credit, as before. The same array if nothing
+ * changed. One list for all of an owner's shards, so its statement states it once.
  */
-function relist(list: readonly Holder[], members: HeldOptions['members'], from: number, forgetBefore: number): readonly Holder[] {
+export function relist(list: readonly Holder[], members: HeldOptions['members'], from: number, forgetBefore: number): readonly Holder[] {
   const open = new Set(members.map((m) => m.nodeEpoch));
   let changed = false;
   const out: Holder[] = [];
@@ -130,14 +137,13 @@ function relist(list: readonly Holder[], members: HeldOptions['members'], from: 
 }
 
 /**
- * `b` rewritten to cover windows starting by `by`, its members relisted (`relist`) from its held
- * part's end: every ledger of its shard the held part's new range covers counts what the members may
+ * `b` rewritten to cover windows starting by `by`, listing `holders` (`relist`, from at least its held
+ * part's end): every ledger of its shard the held part's new range covers counts what the members may
  * hold there first (`holdIn`), and that range ends before the first such window with no room for it
  * (its credit is committed already; the blanket's own range goes on). What was written stays as it was.
  */
-export function extended(b: Blanket, by: number, held: HeldOptions, forgetBefore: number): Blanket {
+export function extended(b: Blanket, by: number, held: HeldOptions, holders: readonly Holder[]): Blanket {
   const from = b.held?.startsBy ?? b.startsBy;
-  const holders = relist(b.held?.holders ?? [], held.members, from, forgetBefore);
   const min = b.held?.min ?? held.min;
   const next = { ...b, startsBy: by, held: { min, startsBy: by, holders } };
   let end = by;

@@ -6,7 +6,8 @@ import { heldRanges } from '../../bus/held-ranges.js';
 import type { RedisBusOptions } from '../../bus/redis-bus-types.js';
 import { FakeClock } from '../../lib/clock.js';
 import type { Heartbeat } from '../../lib/membership.js';
-import type { HeldShard } from '../../lib/owner/held.js';
+import type { HeldShard, HeldStatement } from '../../lib/owner/held.js';
+import { randomUUID } from 'node:crypto';
 const BUS_SECRET = { versions: [{ version: 'b1', secret: 'held-ranges-test-secret' }] };
 
 /**
@@ -17,48 +18,48 @@ const BUS_SECRET = { versions: [{ version: 'b1', secret: 'held-ranges-test-secre
  */
 const ME = { nodeId: 'me', nodeEpoch: 'me-e1' };
 const owns = (owner: string, ownerProcess: string, epoch: number, ours = false): Ownership => ({ owner, ownerProcess, epoch, expiresAt: Number.MAX_SAFE_INTEGER, ours });
-const part = (shard: number, ownerEpoch: number, holders: HeldShard['holders']): HeldShard => ({ shard, ownerEpoch, startsAfter: 1000, startsBy: 5000, min: 16_384, holders });
-function member(epoch: string, held: HeldShard[], verified = true): Member {
-  const beat: Heartbeat = { freshAt: 0, stale: new Map(), selfGranted: new Map(), blankets: true, holds: true, held: new Map(held.map((h) => [h.shard, h])) };
+const part = (shard: number, ownerEpoch: number, startsBy = 5000): HeldShard => ({ shard, ownerEpoch, startsAfter: 1000, startsBy, min: 16_384 });
+function member(epoch: string, holders: HeldStatement['holders'], shards: HeldShard[], verified = true): Member {
+  const held = { holders, shards: new Map(shards.map((h) => [h.shard, h])) };
+  const beat: Heartbeat = { freshAt: 0, stale: new Map(), selfGranted: new Map(), blankets: true, holds: true, held };
   return { lastSeen: 0, rejoinedAt: Number.NEGATIVE_INFINITY, epoch, verified, fresh: true, beat };
 }
 
 describe('members’ credit under blankets, as the bus states it', () => {
   it('lets a member take only by the current owner process’s statement at the table’s epoch, within both ranges', () => {
     const members = new Map<string, Member>([
+      ['a', member('a-e1', [{ nodeEpoch: 'me-e1', since: 2000 }], [part(0, 5), part(1, 5, 1500), part(2, 4), part(6, 5)])],
+      ['b', member('b-e2', [{ nodeEpoch: 'me-e1', since: 0 }], [part(5, 5)], false)],
+      ['c', member('c-e1', [{ nodeEpoch: 'other', since: 0 }], [part(3, 5)])],
       [
-        'a',
-        member('a-e1', [
-          part(0, 5, [{ nodeEpoch: 'me-e1', since: 2000 }]),
-          part(1, 5, [{ nodeEpoch: 'me-e1', since: 0, until: 3000 }]),
-          part(2, 4, [{ nodeEpoch: 'me-e1', since: 0 }]),
-          part(3, 5, [{ nodeEpoch: 'other', since: 0 }]),
-          part(4, 5, [{ nodeEpoch: 'me-e1', since: 6000 }]),
-        ]),
+        'd',
+        member(
+          'd-e1',
+          [
+            { nodeEpoch: 'me-e1', since: 0, until: 3000 },
+            { nodeEpoch: 'me-e1', since: 4000 },
+          ],
+          [part(4, 5)],
+        ),
       ],
-      ['b', member('b-e2', [part(5, 5, [{ nodeEpoch: 'me-e1', since: 0 }])], false)],
+      ['me', member('me-e1', [{ nodeEpoch: 'me-e1', since: 0 }], [part(7, 5)])],
     ]);
     const table = [
       owns('a', 'a-e1', 5),
       owns('a', 'a-e1', 5),
       owns('a', 'a-e1', 5),
-      owns('a', 'a-e1', 5),
-      owns('a', 'a-e1', 5),
+      owns('c', 'c-e1', 5),
+      owns('d', 'd-e1', 5),
       owns('b', 'b-e2', 5),
       owns('a', 'a-e0', 5),
       owns('me', 'me-e1', 5, true),
     ];
-    members.set('me', member('me-e1', [part(7, 5, [{ nodeEpoch: 'me-e1', since: 0 }])]));
-    members.get('a')!.beat = {
-      ...members.get('a')!.beat!,
-      held: new Map([...members.get('a')!.beat!.held!, [6, part(6, 5, [{ nodeEpoch: 'me-e1', since: 0 }])], [7, part(7, 5, [{ nodeEpoch: 'me-e1', since: 0 }])]]),
-    };
     expect(heldRanges(table, members, ME)).to.deep.equal([
-      { after: 2000, by: 5000, min: 16_384 }, // its own since is later than the part's start
-      { after: 1000, by: 3000, min: 16_384 }, // its own until is earlier than the part's end
+      { after: 2000, by: 5000, min: 16_384 }, // its own since is later than the shard's start
+      undefined, // the shard's end is before its own since
       undefined, // the statement is of an earlier owner epoch than the table's
       undefined, // it is not listed
-      undefined, // listed only after the part's end
+      { after: 4000, by: 5000, min: 16_384 }, // listed again after it left: its latest entry
       undefined, // the owner's statement does not verify
       undefined, // the table names another process of the owner
       { after: 1000, by: 5000, min: 16_384 }, // a shard it owns itself, by its own statement
@@ -69,28 +70,31 @@ describe('members’ credit under blankets, as the bus states it', () => {
   it('has owners list every member only while each states it counts such credit', () => {
     const opts = { shards: 8, roundMs: 25, degradedAfterMs: 30_000 } as RedisBusOptions;
     const fleet = new FleetTable(opts, new FakeClock(), new BeatStatements(new EnvelopeCodec(BUS_SECRET.versions), { rejected: {} } as never, () => {}), () => ME);
-    fleet.members.set('a', member('a-e1', []));
-    fleet.members.set('b', member('b-e2', []));
+    fleet.members.set('a', member('a-e1', [], []));
+    fleet.members.set('b', member('b-e2', [], []));
     expect(fleet.holders()).to.deep.equal([
       { nodeId: 'a', nodeEpoch: 'a-e1' },
       { nodeId: 'b', nodeEpoch: 'b-e2' },
     ]);
-    const older = member('c-e1', []);
+    const older = member('c-e1', [], []);
     fleet.members.set('c', { ...older, beat: { ...older.beat!, holds: undefined } });
     expect(fleet.holders(), 'a member of an older release').to.deep.equal([]);
   });
 
-  it('seals an owner’s held parts into its heartbeat statement as far as they fit, and opens them', () => {
+  it('seals an owner’s held parts into its heartbeat statement as far as they fit, its members once, and opens them', () => {
     const codec = new EnvelopeCodec(BUS_SECRET.versions);
     const beats = new BeatStatements(codec, { rejected: {} } as never, () => {});
-    const holders = Array.from({ length: 50 }, (_, i) => ({ nodeEpoch: `member-process-${i}-0123456789`, since: 1_700_000_000_000 + i, until: 1_700_000_009_000 }));
-    const parts = Array.from({ length: 64 }, (_, s) => ({ ...part(s, 7, holders), startsAfter: 1_700_000_000_000, startsBy: 1_700_000_004_000 }));
-    const sealed = beats.seal({ selfGranted: new Map(), contact: [] }, { nodeId: 'o', nodeEpoch: 'o-e1' }, 'stay', parts);
+    const holders = Array.from({ length: 16 }, (_, i) => ({ nodeEpoch: randomUUID(), since: 1_700_000_000_000 + i, until: 1_700_000_009_000 }));
+    const shards = Array.from({ length: 1024 }, (_, s) => ({ shard: s, ownerEpoch: 1_700_000_000_123, startsAfter: 1_700_000_000_000, startsBy: 1_700_000_004_000, min: 16_384 }));
+    const sealed = beats.seal({ selfGranted: new Map(), contact: [] }, { nodeId: 'o', nodeEpoch: 'o-e1' }, 'stay', { holders, shards });
     expect(sealed.length).to.be.below(65_536);
     const opened = beats.open('o', sealed)!;
     expect(opened.statement.holds).to.equal(true);
     const stated = opened.statement.held!;
-    expect(stated.length).to.be.within(1, 63);
-    expect(stated).to.deep.equal(parts.slice(0, stated.length));
+    expect(stated.holders).to.deep.equal(holders);
+    expect(stated.shards.length).to.be.within(64, 1023);
+    expect(stated.shards).to.deep.equal(shards.slice(0, stated.shards.length));
+    // Nothing to state: no key at all (an older release reads the same).
+    expect(beats.open('o', beats.seal({ selfGranted: new Map(), contact: [] }, { nodeId: 'o', nodeEpoch: 'o-e1' }, 'stay'))!.statement.held).to.equal(undefined);
   });
 });
