@@ -191,13 +191,23 @@ export class BucketMap {
     }
   }
 
-  /** Remembers the windows `subject`'s buckets took credit in under a blanket, as it is dropped. */
+  /**
+   * Remembers the windows `subject`'s buckets may have taken credit in under a blanket, as it is
+   * dropped: the one each is in if it took there, else the one it rolled out of if it took there,
+   * as long as a clock stepped back could bring that window back.
+   */
   private remember(subject: Subject, nowMs: number): void {
     for (const b of subject.buckets) {
-      if (!b.blanketed || b.windowEnd <= nowMs - TAKEN_KEPT_MS) continue;
+      const end = b.blanketed ? b.windowEnd : b.tookBefore ? b.windowEnd - b.windowMs : Number.NEGATIVE_INFINITY;
+      if (end <= nowMs - TAKEN_KEPT_MS) continue;
       const list = this.taken.get(subject.keyId);
-      if (list === undefined) this.taken.set(subject.keyId, [b.windowMs, b.windowEnd]);
-      else list.push(b.windowMs, b.windowEnd);
+      if (list === undefined) this.taken.set(subject.keyId, [b.windowMs, end]);
+      else list.push(b.windowMs, end);
     }
+  }
+
+  /** Whether a bucket may take credit under a blanket: not while as many keys' takes are remembered as the map holds buckets. */
+  get mayTake(): boolean {
+    return this.taken.size < this.maxBuckets;
   }
 }

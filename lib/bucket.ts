@@ -18,6 +18,7 @@ const DIRTY = 1;
 const UNREPORTED = 2;
 const LATE_UNSURE = 4;
 const BLANKETED = 8;
+const TOOK_BEFORE = 16;
 
 /**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
@@ -73,7 +74,7 @@ export class Bucket {
   exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */
   exhaustedSeq = 0;
-  /** `dirty`, `unreported`, `lateUnsure` and `blanketed` as bits: one small integer field. */
+  /** `dirty`, `unreported`, `lateUnsure`, `blanketed` and `tookBefore` as bits: one small integer field. */
   private flags = 0;
 
   /**
@@ -134,6 +135,11 @@ export class Bucket {
     this.flags = v ? this.flags | BLANKETED : this.flags & ~BLANKETED;
   }
 
+  /** It took credit under a blanket in the window it last rolled out of (`BucketMap` remembers it when dropped). */
+  get tookBefore(): boolean {
+    return (this.flags & TOOK_BEFORE) !== 0;
+  }
+
   /** Credit available to the request path. */
   get credit(): number {
     return this.issued + this.selfIssued - this.spent - this.released;
@@ -142,7 +148,7 @@ export class Bucket {
   /** Moves the bucket to a new window: a past window's credit is void; a pre-grant for this one applies. */
   roll(windowId: number): void {
     const pre = this.nextWindowId === windowId;
-    this.blanketed = false;
+    this.flags = this.blanketed ? (this.flags | TOOK_BEFORE) & ~BLANKETED : this.flags & ~TOOK_BEFORE;
     this.windowId = windowId;
     this.issued = pre ? this.nextIssued : 0;
     this.floated = pre ? this.nextFloated : 0;

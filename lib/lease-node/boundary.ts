@@ -84,10 +84,11 @@ export abstract class NodeBoundary extends NodeReports {
    * the current owner epoch whose write was taken lists this process, covering the window's start,
    * for windows of at least its limit). Every owner counts that credit committed there, taken or not.
    * Once per window: a bucket made again after one that took was dropped (evicted, or left out by a
-   * policy change) takes none there, nor in an earlier window (`BucketMap.tookBefore`).
+   * policy change) takes none there, nor in an earlier window (`BucketMap.tookBefore`); and none while
+   * the map remembers as many keys' takes as it holds buckets (`BucketMap.mayTake`).
    */
   protected takeHeld(keyId: string, b: Bucket, w: WindowSpec): void {
-    if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed) return;
+    if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed || !this.buckets.mayTake) return;
     const h = this.link.held?.(shardOf(keyId, b.windowId, this.cfg.shards));
     const start = b.windowEnd - w.windowMs;
     if (h === undefined || w.limit < h.min || start <= h.after || start > h.by || this.buckets.tookBefore(keyId, w.windowMs, b.windowEnd)) return;

@@ -193,7 +193,8 @@ export class Blankets {
       const startsBy = Math.min(o.heldTaken, h?.startsBy ?? o.heldTaken);
       if (h !== undefined && startsBy > o.blanket.startsAfter && serving(shard)) shards.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min });
     }
-    return { holders: shards.length === 0 ? [] : this.roster, shards };
+    // Only those listed now: leaving one out narrows what it may take, and ended ones would pile up.
+    return { holders: shards.length === 0 ? [] : this.roster.filter((h) => h.until === undefined), shards };
   }
 
   /**

@@ -84,16 +84,20 @@ describe('lease node: credit taken under a blanket', () => {
     expect(link.requests.at(-1)!.map((r) => r.windowMs)).to.deep.equal([60_000]);
   });
 
-  it('takes none in a window again once the bucket that took there was evicted', () => {
-    const { node, clock } = setup(1);
+  /** Pushes KEY out of a map of `cap` with other keys' requests, a round apart. */
+  function evictKey(node: LeaseNode, cap: number): void {
     const other = limits([{ windowMs: W, limit: 10 }]);
+    for (let i = 0; i <= cap; i++) {
+      node.endRound();
+      node.acquire(`v1:OTHEROTHEROTHEROTHER${String(i).padStart(2, '0')}`, other);
+    }
+    expect(node.buckets.peek(KEY), 'KEY evicted').to.equal(undefined);
+  }
+
+  it('takes none in a window again once the bucket that took there was evicted', () => {
+    const { node, clock } = setup(3);
     node.acquire(KEY, big);
-    node.endRound();
-    // The map is full: another key pushes KEY (spent, empty) out.
-    node.acquire('v1:OTHEROTHEROTHEROTHER01', other);
-    node.endRound();
-    node.acquire('v1:OTHEROTHEROTHEROTHER02', other);
-    expect(node.buckets.peek(KEY)).to.equal(undefined);
+    evictKey(node, 3);
     expect((node.acquire(KEY, big) as Denied).admitted, 'made again in the same window').to.equal(false);
     expect(node.stats.heldTaken).to.equal(1);
     // The next window takes again.
@@ -103,17 +107,34 @@ describe('lease node: credit taken under a blanket', () => {
   });
 
   it('takes none in a window again after a policy change left its bucket out and brought it back, evicted between', () => {
-    const { node } = setup(1);
-    const other = limits([{ windowMs: W, limit: 10 }]);
+    const { node } = setup(3);
     node.acquire(KEY, big);
     // A change drops the 1 s window; the key is evicted; the 1 s window comes back in the same window.
     node.acquire(KEY, limits([{ windowMs: 3_600_000, limit: 10 }], 2));
-    node.endRound();
-    node.acquire('v1:OTHEROTHEROTHEROTHER01', other);
-    node.endRound();
-    node.acquire('v1:OTHEROTHEROTHEROTHER02', other);
-    expect(node.buckets.peek(KEY)).to.equal(undefined);
+    evictKey(node, 3);
     expect((node.acquire(KEY, limits([{ windowMs: W, limit: 100_000 }], 3)) as Denied).admitted).to.equal(false);
+    expect(node.stats.heldTaken).to.equal(1);
+  });
+
+  it('takes none again in a window it took in, rolled out of, and was brought back to by a clock stepped back after an eviction', () => {
+    const { node, link, clock } = setup(3);
+    node.acquire(KEY, big);
+    // Into the next window, with nothing to take there (its shard's range is not given), then out.
+    link.range = undefined;
+    clock.set(startAt(clock.now()) + W + 1);
+    node.acquire(KEY, big);
+    evictKey(node, 3);
+    link.range = { after: 0, by: Number.MAX_SAFE_INTEGER, min: MIN };
+    clock.step(-30);
+    expect((node.acquire(KEY, big) as Denied).admitted).to.equal(false);
+    expect(node.stats.heldTaken).to.equal(1);
+  });
+
+  it('takes none while it remembers as many keys’ takes as its map holds buckets', () => {
+    const { node } = setup(1);
+    node.acquire(KEY, big);
+    evictKey(node, 1);
+    expect((node.acquire('v1:ANOTHERANOTHERANOTHER1', big) as Denied).admitted).to.equal(false);
     expect(node.stats.heldTaken).to.equal(1);
   });
 });
