@@ -4,7 +4,8 @@ import { heartbeat, type BeatStatements } from './beats.js';
 import { parseOwnerEntry } from './keys.js';
 import type { RedisBusOptions } from './redis-bus-types.js';
 import type { RoundReply } from './scripts.js';
-import { heldRanges, type HeldRange } from './held-ranges.js';
+import type { HeldRange } from '../lib/node-contract.js';
+import { heldRanges } from './held-ranges.js';
 import type { NodeIdentity } from './types.js';
 
 /** The largest fleet whose owners list members in their blankets (`holders`). */

@@ -1,13 +1,7 @@
-import type { Member, Ownership } from './fleet-table.js';
+import type { HeldRange } from '../lib/node-contract.js';
 import type { HeldStatement } from '../lib/owner/held.js';
+import type { Member, Ownership } from './fleet-table.js';
 import type { NodeIdentity } from './types.js';
-
-/** What a node may take itself in a shard (`OwnerLink.held`): in a window starting after `after` and by `by`, of a limit at least `min`. */
-export interface HeldRange {
-  readonly after: number;
-  readonly by: number;
-  readonly min: number;
-}
 
 /**
  * Per shard, what the heartbeat statement of the process the ownership table names its owner, at the

@@ -1,6 +1,6 @@
 import type { Clock } from './clock.js';
 import { CountSlab, SLOTS } from './count-slab.js';
-import { ADMITTED, type Acquired, type Denied, type Enforcer, type LeaseNodeStats, type QuotaSource, type WindowQuota } from './node-contract.js';
+import { ADMITTED, newNodeStats, type Acquired, type Denied, type Enforcer, type LeaseNodeStats, type QuotaSource, type WindowQuota } from './node-contract.js';
 import type { ResolvedLimits } from './policy.js';
 import { fnv1a32 } from './hash.js';
 import { windowEndMs, windowIdAt } from './window.js';
@@ -19,7 +19,7 @@ import { windowEndMs, windowIdAt } from './window.js';
  * `endRound()`.
  */
 export class LocalCounters implements Enforcer, QuotaSource {
-  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, heldTaken: 0, reports: 0, charged: 0 };
+  readonly stats: LeaseNodeStats = newNodeStats();
   /** Never degraded: there is no owner to lose contact with. */
   readonly degraded = false;
   /** Key id → its first slot in `slab`. */

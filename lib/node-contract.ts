@@ -45,7 +45,14 @@ export interface OwnerLink {
    * that lists this process (`lib/owner/held.ts`): `HELD` credit in a window starting after `after`
    * and by `by` whose limit is at least `min`. Absent or undefined: nothing.
    */
-  held?(shard: number): { readonly after: number; readonly by: number; readonly min: number } | undefined;
+  held?(shard: number): HeldRange | undefined;
+}
+
+/** What a node may take itself in a shard (`OwnerLink.held`): in a window starting after `after` and by `by`, of a limit at least `min`. */
+export interface HeldRange {
+  readonly after: number;
+  readonly by: number;
+  readonly min: number;
 }
 
 /** Settings of the node side of the protocol. */
@@ -101,6 +108,11 @@ export interface LeaseNodeStats {
   reports: number;
   /** Requests admitted without credit (fail-open while degraded) charged to their windows. */
   charged: number;
+}
+
+/** Node counters, all zero. */
+export function newNodeStats(): LeaseNodeStats {
+  return { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, heldTaken: 0, reports: 0, charged: 0 };
 }
 
 /** What a key can still admit in one of its windows, as far as this process knows, and when that window ends. */

@@ -1,7 +1,7 @@
 import type { Bucket } from '../bucket.js';
 import { BucketMap, type Subject } from '../bucket-map.js';
 import type { Clock } from '../clock.js';
-import type { LeaseNodeConfig, LeaseNodeStats, OwnerLink } from '../node-contract.js';
+import { newNodeStats, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from '../node-contract.js';
 
 /**
  * What every layer of the node side (`LeaseNode`) shares: its settings, clock and link, the bucket
@@ -10,7 +10,7 @@ import type { LeaseNodeConfig, LeaseNodeStats, OwnerLink } from '../node-contrac
  */
 export abstract class NodeState {
   readonly buckets: BucketMap;
-  readonly stats: LeaseNodeStats = { fastPath: 0, fastPathTimeouts: 0, grantsApplied: 0, grantsIgnored: 0, staleOwnerEpoch: 0, adjustsApplied: 0, selfGrants: 0, heldTaken: 0, reports: 0, charged: 0 };
+  readonly stats: LeaseNodeStats = newNodeStats();
   protected roundNo = 0;
   /**
    * Subjects to go through at the end of the round: each touched since the last one, and each whose

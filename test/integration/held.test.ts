@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { HeldRange } from '../../bus/held-ranges.js';
+import type { HeldRange } from '../../lib/node-contract.js';
 import { fleetSuite, limits, placeOf, until, windowLeftMs, type Member } from '../support/redis-members.js';
 
 /** What `m`'s bus lets its node take itself in `shard` now (`OwnerLink.held`). */
