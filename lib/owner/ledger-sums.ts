@@ -13,8 +13,20 @@ export function held(lease: Lease): number {
  * that (a degraded node's fail-open admissions, charged to the window) commits what it spent.
  */
 export function committed(l: Ledger): number {
-  const t = tally(l);
+  return committedOf(tally(l));
+}
+
+/** What a ledger's sums (`tally`) commit: direct, a float's credit once, and what members may hold. */
+export function committedOf(t: Tally): number {
   return t.direct + Math.max(t.floats, t.floated) + t.held;
+}
+
+/** A ledger's sums (`tally`). */
+export interface Tally {
+  readonly direct: number;
+  readonly floats: number;
+  readonly floated: number;
+  readonly held: number;
 }
 
 /**
@@ -29,7 +41,7 @@ export function committed(l: Ledger): number {
  * is known to have moved out of floats. Beyond that (the float's record lost with Redis's data too)
  * it stays the node's: this owner's own float never stands for it.
  */
-export function tally(l: Ledger): { direct: number; floats: number; floated: number; held: number } {
+export function tally(l: Ledger): Tally {
   let direct = 0;
   let floats = 0;
   let floated = 0;

@@ -1,6 +1,6 @@
 import type { Ledger } from '../ledger-store.js';
 import type { FoldOwnerConfig } from './config.js';
-import { committed, tally } from './ledger-sums.js';
+import { committed, committedOf, tally } from './ledger-sums.js';
 
 /**
  * What a ledger can still issue: its pool (the allowance less committed credit, less what is held
@@ -52,6 +52,6 @@ export class CreditPool {
     // moved out of it, which `committed` counts in its place.
     const t = tally(l);
     const own = (includePending ? f.lease.issued : f.onRecord) - f.base - f.moved;
-    return Math.max(0, Math.min(own, t.floats - t.floated) - Math.max(0, t.direct + Math.max(t.floats, t.floated) + t.held - l.allowance));
+    return Math.max(0, Math.min(own, t.floats - t.floated) - Math.max(0, committedOf(t) - l.allowance));
   }
 }
