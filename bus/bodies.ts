@@ -1,9 +1,9 @@
 import type { Blanket } from '../lib/owner/blankets.js';
-import { HOLDERS_MAX, type HeldShard, type HeldStatement } from '../lib/owner/held.js';
+import type { HeldStatement } from '../lib/owner/held.js';
 import type { LogEntry } from '../lib/protocol/log.js';
 import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from '../lib/protocol/messages.js';
 import { at, bad, bool, list, object, optional, pair, posint, quietly, str, uint, type Reader } from './body-readers.js';
-import { blanketRec, decodeGrant, decodeMessage, encodeGrant, encodeMessage, reportRec, requestRec } from './lease-records.js';
+import { blanketRec, decodeGrant, decodeMessage, encodeGrant, encodeMessage, heldStatementRec, reportRec, requestRec } from './lease-records.js';
 
 export { EnvelopeError, type RejectReason } from './body-readers.js';
 
@@ -132,31 +132,13 @@ const encodeEntries = (entries: readonly LogEntry[]): { entries: unknown[]; ende
   return unmarked === Infinity ? { entries: out, ...more } : unmarked < 0 ? { entries: out, ended, ...more } : { entries: out, ended, unmarked, ...more };
 };
 
-const readHeldHolder: Reader<HeldStatement['holders'][number]> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [nodeEpoch, since, until?]');
-  const h = { nodeEpoch: str(v[0], at(p, '[0]')), since: uint(v[1], at(p, '[1]')) };
-  return v.length > 2 ? { ...h, until: uint(v[2], at(p, '[2]')) } : h;
-};
-const readHeldShard: Reader<HeldShard> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 5) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min]');
-  return { shard: uint(v[0], at(p, '[0]')), ownerEpoch: posint(v[1], at(p, '[1]')), startsAfter: uint(v[2], at(p, '[2]')), startsBy: uint(v[3], at(p, '[3]')), min: uint(v[4], at(p, '[4]')) };
-};
-const readHeld: Reader<HeldStatement> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [holders, shards]');
-  return { holders: list(readHeldHolder, HOLDERS_MAX)(v[0], at(p, '[0]')), shards: list(readHeldShard, 100_000)(v[1], at(p, '[1]')) };
-};
-const encodeHeld = (h: HeldStatement): unknown[] => [
-  h.holders.map((x) => (x.until === undefined ? [x.nodeEpoch, x.since] : [x.nodeEpoch, x.since, x.until])),
-  h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min]),
-];
-
 const decodeStatement = object<BeatStatement>({
   freshAt: uint,
   stale: list(pair(uint, list(uint, 100_000)), 100_000),
   selfGranted: list(pair(uint, uint), 100_000),
   blankets: optional(bool),
   holds: optional(bool),
-  held: optional(readHeld),
+  held: optional(heldStatementRec.decode),
 });
 
 /** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
@@ -200,7 +182,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
       selfGranted: b.statement.selfGranted,
       ...(b.statement.blankets ? { blankets: 1 } : {}),
       ...(b.statement.holds ? { holds: 1 } : {}),
-      ...(b.statement.held !== undefined && b.statement.held.shards.length > 0 ? { held: encodeHeld(b.statement.held) } : {}),
+      ...(b.statement.held !== undefined && b.statement.held.shards.length > 0 ? { held: heldStatementRec.encode(b.statement.held) } : {}),
     },
     ...(b.left ? { left: 1 } : {}),
   }),

@@ -1,5 +1,5 @@
 import type { Blanket } from '../lib/owner/blankets.js';
-import { HOLDERS_MAX, type Held, type Holder } from '../lib/owner/held.js';
+import { HOLDERS_MAX, type Held, type HeldShard, type HeldStatement, type Holder } from '../lib/owner/held.js';
 import type { Adjust, CreditRequest, Grant, LeaseRef, OwnerMessage, Report } from '../lib/protocol/messages.js';
 import { at, bad, bool, int, list, num, posint, record, str, uint, type Fields, type Reader } from './body-readers.js';
 
@@ -146,12 +146,20 @@ const blanketFields = record<Blanket>([
 ]);
 const BLANKET_FIELDS = 7;
 
-/** A member a blanket lists (`Holder`): node id, node epoch, `since`, then `until` once it has one. */
-const readHolder: Reader<Holder> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [nodeId, nodeEpoch, since, until?]');
-  const h = { nodeId: str(v[0], at(p, '[0]')), nodeEpoch: str(v[1], at(p, '[1]')), since: uint(v[2], at(p, '[2]')) };
-  const until = tail(v, 3, uint, at(p, '[3]'));
+/** How a blanket's record and an owner's statement list a member: node epoch, `since`, then `until` once it has one. */
+type Span = HeldStatement['holders'][number];
+const spanOf = (h: Span): unknown[] => (h.until === undefined ? [h.nodeEpoch, h.since] : [h.nodeEpoch, h.since, h.until]);
+function readSpan(v: unknown, i: number, p: string, shape: string): Span {
+  if (!Array.isArray(v) || v.length < i + 2) bad(p, `must be ${shape}`);
+  const h = { nodeEpoch: str(v[i], at(p, `[${i}]`)), since: uint(v[i + 1], at(p, `[${i + 1}]`)) };
+  const until = tail(v, i + 2, uint, at(p, `[${i + 2}]`));
   return until === undefined ? h : { ...h, until };
+}
+
+/** A member a blanket lists (`Holder`): its node id, then its span. */
+const readHolder: Reader<Holder> = (v, p) => {
+  const span = readSpan(v, 1, p, '[nodeId, nodeEpoch, since, until?]');
+  return { nodeId: str((v as unknown[])[0], at(p, '[0]')), ...span };
 };
 const readHeld = (v: unknown, p: string): Held => {
   if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [min, startsBy, holders]');
@@ -162,8 +170,7 @@ const readHeld = (v: unknown, p: string): Held => {
 export const blanketRec = {
   encode: (b: Blanket): unknown[] => {
     const out = blanketFields.encode(b);
-    if (b.held !== undefined)
-      out.push([b.held.min, b.held.startsBy, b.held.holders.map((h) => (h.until === undefined ? [h.nodeId, h.nodeEpoch, h.since] : [h.nodeId, h.nodeEpoch, h.since, h.until]))]);
+    if (b.held !== undefined) out.push([b.held.min, b.held.startsBy, b.held.holders.map((h) => [h.nodeId, ...spanOf(h)])]);
     return out;
   },
   decode: (v: unknown, p: string): Blanket => {
@@ -171,6 +178,20 @@ export const blanketRec = {
     const held = tail(v, BLANKET_FIELDS, readHeld, at(p, '.held'));
     if (held !== undefined && held.startsBy > b.startsBy) bad(at(p, '.held.startsBy'), 'must not be after the blanket’s');
     return held === undefined ? b : { ...b, held };
+  },
+};
+
+/** An owner's statement of its blankets' held parts (`HeldStatement`): [members' spans, [shard, owner epoch, startsAfter, startsBy, min]…]. */
+const readHeldShard: Reader<HeldShard> = (v, p) => {
+  if (!Array.isArray(v) || v.length < 5) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min]');
+  return { shard: uint(v[0], at(p, '[0]')), ownerEpoch: posint(v[1], at(p, '[1]')), startsAfter: uint(v[2], at(p, '[2]')), startsBy: uint(v[3], at(p, '[3]')), min: uint(v[4], at(p, '[4]')) };
+};
+export const heldStatementRec = {
+  encode: (h: HeldStatement): unknown[] => [h.holders.map(spanOf), h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min])],
+  decode: (v: unknown, p: string): HeldStatement => {
+    if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [holders, shards]');
+    const readStated: Reader<Span> = (x, q) => readSpan(x, 0, q, '[nodeEpoch, since, until?]');
+    return { holders: list(readStated, HOLDERS_MAX)(v[0], at(p, '[0]')), shards: list(readHeldShard, 100_000)(v[1], at(p, '[1]')) };
   },
 };
 
