@@ -101,7 +101,7 @@ export class Bucket {
     return (this.flags & DIRTY) !== 0;
   }
   set dirty(v: boolean) {
-    this.flags = v ? this.flags | DIRTY : this.flags & ~DIRTY;
+    this.setFlag(DIRTY, v);
   }
 
   /** Spent since its last report, which a standing lease put off (`NodeDemand.mayWait`). */
@@ -109,7 +109,7 @@ export class Bucket {
     return (this.flags & UNREPORTED) !== 0;
   }
   set unreported(v: boolean) {
-    this.flags = v ? this.flags | UNREPORTED : this.flags & ~UNREPORTED;
+    this.setFlag(UNREPORTED, v);
   }
 
   /**
@@ -121,7 +121,7 @@ export class Bucket {
     return (this.flags & LATE_UNSURE) !== 0;
   }
   set lateUnsure(v: boolean) {
-    this.flags = v ? this.flags | LATE_UNSURE : this.flags & ~LATE_UNSURE;
+    this.setFlag(LATE_UNSURE, v);
   }
 
   /**
@@ -132,12 +132,16 @@ export class Bucket {
     return (this.flags & BLANKETED) !== 0;
   }
   set blanketed(v: boolean) {
-    this.flags = v ? this.flags | BLANKETED : this.flags & ~BLANKETED;
+    this.setFlag(BLANKETED, v);
   }
 
   /** It took credit under a blanket in the window it last rolled out of (`BucketMap` remembers it when dropped). */
   get tookBefore(): boolean {
     return (this.flags & TOOK_BEFORE) !== 0;
+  }
+
+  private setFlag(bit: number, v: boolean): void {
+    this.flags = v ? this.flags | bit : this.flags & ~bit;
   }
 
   /** Credit available to the request path. */

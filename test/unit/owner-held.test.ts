@@ -26,6 +26,15 @@ function holding(...nodes: string[]): FixedFleet {
 
 const heldOwner = (clock: FakeClock, fleet: FixedFleet, epoch = 7): FoldOwner => owner(clock, epoch, undefined, fleet, { heldMinAllowance: MIN });
 
+/** An owner listing n1 and n2, every shard's blanket on record, and the clock at LATER. */
+function coveredAtLater(): { clock: FakeClock; o: FoldOwner } {
+  const clock = new FakeClock(NOW);
+  const o = heldOwner(clock, holding('n1', 'n2'));
+  covered(o);
+  clock.set(LATER);
+  return { clock, o };
+}
+
 /** What `o` counts committed in `k`'s window once a report of nothing made its ledger, at `limit`. */
 function countedIn(o: FoldOwner, k: Key, limit = LIMIT): number {
   o.onReports(stating(k, 'n9', limit, 0, 0));
@@ -58,10 +67,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('counts none in a window whose allowance is below the least, and counts it once the allowance grows to it', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { o } = coveredAtLater();
     const k = keyAt(3, LATER);
     expect(countedIn(o, k, MIN - 1)).to.equal(0);
     expect(countedIn(o, k, MIN)).to.equal(2);
@@ -70,10 +76,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('counts a member’s credit once, whether its lease’s issued holds it or a grant that did not know of it absorbed it', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { o } = coveredAtLater();
     const k = keyAt(4, LATER);
     // n1 took its 1 and says so: nothing more is committed.
     o.onReports(stating(k, 'n1', LIMIT, 1, 0, 1));
@@ -170,10 +173,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('answers a member that took its credit at once from the float: the blanket is that credit’s record', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { clock, o } = coveredAtLater();
     const k = keyAt(8, LATER);
     // n1 spent the credit it took and asks, stating it: the window's first ask, answered from the
     // blanket's float of one.
@@ -205,10 +205,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('counts at most one credit per node epoch as the blanket’s: a node stating more keeps the rest its lease’s', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { o } = coveredAtLater();
     const k = keyAt(11, LATER);
     o.onReports(stating(k, 'n1', LIMIT, 2, 0, 2));
     expect(o.committed(k.keyId, W, k.windowId)).to.equal(3);
@@ -218,10 +215,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('counts the members’ credit in a window a replay made in a shard of its own blanket', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { o } = coveredAtLater();
     const k = keyAt(12, LATER);
     o.replay([{ kind: 'report', batch: stating(k, 'n9', LIMIT, 0, 0) }]);
     expect(o.committed(k.keyId, W, k.windowId)).to.equal(2);
@@ -282,10 +276,7 @@ describe('members’ credit under blankets', () => {
   });
 
   it('carries what nodes took in a checkpoint: counted once after it too', () => {
-    const clock = new FakeClock(NOW);
-    const o = heldOwner(clock, holding('n1', 'n2'));
-    covered(o);
-    clock.set(LATER);
+    const { clock, o } = coveredAtLater();
     const k = keyAt(13, LATER);
     o.onReports(stating(k, 'n1', LIMIT, 1, 0, 1));
     const s = heldOwner(clock, holding(), 8);
