@@ -24,6 +24,12 @@ export interface CpuOptions {
   keys: number;
   /** Paced warm-up per server before its first counted run. */
   warmupSeconds: number;
+  /**
+   * Where the loaded fleet member writes a V8 CPU profile (`node --cpu-prof`) when it exits, for
+   * `node dist/scripts/profile-share.js`. The profiler costs that member CPU: its figures are not
+   * comparable with a run without it.
+   */
+  profileDir?: string;
 }
 
 export interface CpuRun {
@@ -68,14 +74,15 @@ interface Target {
 }
 
 /** Three fleet members over one Redis (a private redis-server unless REDIS_URL is set); the first is loaded. */
-async function startFleet(redis: RedisProcess): Promise<CostServer[]> {
+async function startFleet(redis: RedisProcess, profileDir: string | undefined): Promise<CostServer[]> {
   const fleet = {
     redisUrl: redis.url,
     keyHashSecret: randomBytes(32).toString('base64url'),
     busSecret: randomBytes(32).toString('base64url'),
     prefix: `bench-cost-${process.pid}-${Date.now()}`,
   };
-  const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', fleet: { ...fleet, nodeId: `cost-${i}` } })));
+  const profiled = profileDir === undefined ? {} : { execArgv: ['--expose-gc', '--cpu-prof', `--cpu-prof-dir=${profileDir}`] };
+  const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', fleet: { ...fleet, nodeId: `cost-${i}` } }, i === 1 ? profiled : {})));
   const servers = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
   const failed = started.find((s) => s.status === 'rejected');
   if (failed) {
@@ -108,7 +115,8 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
       try {
         redis = await startRedis();
         log(`cpu: starting a fleet of 3 over ${redis.external ? 'REDIS_URL' : 'a private redis-server'}`);
-        targets.push({ servers: await startFleet(redis), row: { ...empty(variant), othersUsPerRequest: [] } });
+        if (o.profileDir !== undefined) log(`cpu: the loaded member writes a CPU profile into ${o.profileDir}; its CPU figures include the profiler's`);
+        targets.push({ servers: await startFleet(redis, o.profileDir), row: { ...empty(variant), othersUsPerRequest: [] } });
       } catch (err) {
         const reason = `fleet over Redis could not start: ${(err as Error).message.split('\n')[0]}`;
         log(`cpu: skipping fleet: ${reason}`);

@@ -20,6 +20,8 @@ export interface CostFlags {
   instrWarmup: number;
   instrRequests: number;
   instrBatches: number;
+  /** Where the loaded fleet member writes a V8 CPU profile of the CPU pass (`--cpu-prof`), if asked. */
+  profileDir?: string;
 }
 
 /** parseArgs options of the cost flags, for bench.ts's parser. */
@@ -30,13 +32,14 @@ export const COST_OPTIONS = {
   'cost-rate': { type: 'string' },
   'cost-seconds': { type: 'string' },
   'cost-rounds': { type: 'string' },
+  'cost-profile': { type: 'string' },
   'instr-warmup': { type: 'string' },
   'instr-requests': { type: 'string' },
   'instr-batches': { type: 'string' },
 } as const;
 
 export const COST_USAGE = `       [--skip-cost | --cost-only] [--skip-callgrind] [--cost-rate R] [--cost-seconds S] [--cost-rounds N]
-       [--instr-warmup N] [--instr-requests N] [--instr-batches N]`;
+       [--cost-profile DIR] [--instr-warmup N] [--instr-requests N] [--instr-batches N]`;
 
 type Num = (name: string, raw: string | undefined, dflt: number, min: number, max: number, int: boolean) => number;
 type Raw = Partial<Record<keyof typeof COST_OPTIONS, string | boolean>>;
@@ -54,7 +57,9 @@ export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFl
     instrWarmup: num('instr-warmup', str('instr-warmup'), 3000, 0, 1_000_000, true),
     instrRequests: num('instr-requests', str('instr-requests'), 1000, 100, 100_000, true),
     instrBatches: num('instr-batches', str('instr-batches'), 10, 4, 50, true),
+    ...(str('cost-profile') === undefined ? {} : { profileDir: str('cost-profile') }),
   };
+  if (f.profileDir?.trim() === '') throw usage("--cost-profile needs a directory for the fleet member's CPU profile");
   if (f.skip && f.only) throw usage('--skip-cost and --cost-only exclude each other');
   const tuning = Object.keys(COST_OPTIONS).filter((k) => !['skip-cost', 'cost-only'].includes(k) && v[k as keyof Raw] !== undefined);
   if (f.skip && tuning.length) throw usage(`--${tuning[0]} tunes the cost figures: it cannot be combined with --skip-cost`);
@@ -122,7 +127,7 @@ export async function measureCost(f: CostFlags, memoryKeys: number, log: (m: str
   log(`memory per key: ${memoryKeys} keys through each middleware`);
   const memory = await keyMemory(memoryKeys);
   log(`cpu: ${f.rate} req/s for ${f.seconds} s x ${f.rounds} rounds per variant`);
-  const cpu = await cpuPerRequest({ rate: f.rate, seconds: f.seconds, rounds: f.rounds, keys: 1000, warmupSeconds: 3 }, log);
+  const cpu = await cpuPerRequest({ rate: f.rate, seconds: f.seconds, rounds: f.rounds, keys: 1000, warmupSeconds: 3, ...(f.profileDir === undefined ? {} : { profileDir: f.profileDir }) }, log);
   let instructions: Cost['instructions'];
   const missing = f.skipCallgrind ? 'skipped with --skip-callgrind' : callgrindMissing();
   if (missing !== undefined) {
