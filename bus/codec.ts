@@ -1,5 +1,6 @@
-import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { ConfigError } from '../lib/errors.js';
+import { HmacSha256 } from '../lib/hmac-sha256.js';
 import { decoders, encoders, EnvelopeError, type Bodies, type Envelope, type EnvelopeType } from './bodies.js';
 
 export { EnvelopeError, type BeatStatement, type Bodies, type Envelope, type EnvelopeType, type PeerAddress, type RejectReason } from './bodies.js';
@@ -36,16 +37,17 @@ export type EnvelopeFields = {
 /**
  * HMAC keys of a versioned secret (the bus's, or the policy store's, named `path` in errors), and the
  * version to write under: `current`, else the last one. Throws a `ConfigError` naming every bad field.
+ * Each key MACs with its pads computed once (`HmacSha256`): every bus entry is sealed or opened.
  */
-export function secretKeys(versions: readonly BusSecretVersion[], current: string | undefined, path: string): { keys: ReadonlyMap<string, KeyObject>; current: string } {
+export function secretKeys(versions: readonly BusSecretVersion[], current: string | undefined, path: string): { keys: ReadonlyMap<string, HmacSha256>; current: string } {
   const problems: Array<{ path: string; message: string }> = [];
-  const keys = new Map<string, KeyObject>();
+  const keys = new Map<string, HmacSha256>();
   versions.forEach((v, i) => {
     const bytes = typeof v.secret === 'string' ? Buffer.from(v.secret, 'utf8') : v.secret;
     if (!/^[A-Za-z0-9_-]{1,32}$/.test(v.version)) problems.push({ path: `${path}.versions[${i}].version`, message: 'must be 1-32 of A-Z a-z 0-9 _ -' });
     else if (keys.has(v.version)) problems.push({ path: `${path}.versions[${i}].version`, message: `duplicate version "${v.version}"` });
     if (bytes.length < 16) problems.push({ path: `${path}.versions[${i}].secret`, message: 'must be at least 16 bytes' });
-    keys.set(v.version, createSecretKey(bytes));
+    keys.set(v.version, new HmacSha256(bytes));
   });
   const chosen = current ?? versions[versions.length - 1]?.version ?? '';
   if (versions.length === 0) problems.push({ path: `${path}.versions`, message: 'must hold at least one version' });
@@ -66,7 +68,7 @@ export function sameMac(want: string, got: unknown): boolean {
  * retained version, so the secret can be rotated one node at a time.
  */
 export class EnvelopeCodec {
-  private readonly keys: ReadonlyMap<string, KeyObject>;
+  private readonly keys: ReadonlyMap<string, HmacSha256>;
   readonly current: string;
 
   constructor(versions: readonly BusSecretVersion[], current?: string) {
@@ -121,7 +123,7 @@ export class EnvelopeCodec {
     return o;
   }
 
-  private mac(key: KeyObject, v: string, t: string, b: string): string {
-    return createHmac('sha256', key).update(`${v}\n${t}\n`).update(b).digest('base64url');
+  private mac(key: HmacSha256, v: string, t: string, b: string): string {
+    return key.macBase64url(`${v}\n${t}\n${b}`);
   }
 }

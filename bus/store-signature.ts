@@ -1,6 +1,6 @@
-import { createHmac, type KeyObject } from 'node:crypto';
 import { sameMac, secretKeys, type BusSecretVersion } from './codec.js';
 import { ErrorCode, RateLimiterError } from '../lib/errors.js';
+import type { HmacSha256 } from '../lib/hmac-sha256.js';
 
 /**
  * What the policy store signs: the policy document (overrides are part of it), the kill switch, and a
@@ -30,7 +30,7 @@ export class StoreRecordError extends RateLimiterError {
  * bus's.
  */
 export class StoreSigner {
-  private readonly keys: ReadonlyMap<string, KeyObject>;
+  private readonly keys: ReadonlyMap<string, HmacSha256>;
   readonly current: string;
 
   constructor(versions: readonly BusSecretVersion[], current?: string) {
@@ -49,7 +49,7 @@ export class StoreSigner {
     if (!sameMac(this.mac(key, kind, payload), mac)) throw new StoreRecordError('mac', `${kind}.mac: does not match (forged, or signed with another secret)`);
   }
 
-  private mac(key: KeyObject, kind: SignedKind, payload: string): string {
-    return createHmac('sha256', key).update(`frl-store\n${kind}\n`).update(payload).digest('base64url');
+  private mac(key: HmacSha256, kind: SignedKind, payload: string): string {
+    return key.macBase64url(`frl-store\n${kind}\n${payload}`);
   }
 }
