@@ -97,6 +97,9 @@ export abstract class NodeRound extends NodeAsks {
         const demand = this.demandOf(b, w.limit);
         if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, demand, now);
         const idle = b.roundDemand === 0 && !b.dirty;
+        // Counted (rate, seen, idle): not again next round, even by a bucket whose window ended meanwhile
+        // (left below with nothing to say, it would add a request a round to its rate while listed).
+        b.roundDemand = 0;
         // A bucket of an ended window has nothing to say, nor a quiet one whose demand has faded: that
         // one's rate is forgotten, or what is left of it would outlive its key's traffic here. Not
         // while it holds credit granted ahead: that is rolled in, given back and reported first.
@@ -122,7 +125,6 @@ export abstract class NodeRound extends NodeAsks {
         if (b.windowEnd - now <= AHEAD_ROUNDS * this.cfg.roundMs) {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
         }
-        b.roundDemand = 0;
         b.dirty = false;
       }
       // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.

@@ -554,6 +554,24 @@ describe('lease node: the decision path', () => {
     });
   });
 
+  it('counts a request once in its rate, even when its window ended before the round did', () => {
+    const clock = new FakeClock();
+    const node = makeNode(grantingLink({ 1000: 10, 60_000: 100 }), clock);
+    const burst = phaseOffset(KEY, 1000);
+    clock.advance(windowEndMs(windowIdAt(clock.now(), 1000, burst), 1000, burst) - clock.now() - 1);
+    node.acquire(KEY, free); // in the 1 s window's last millisecond; the 60 s window keeps the key listed
+    clock.advance(25);
+    node.endRound();
+    const b = node.buckets.peek(KEY)!.buckets[0]!;
+    const [rate, seen] = [b.rate, b.seen];
+    expect(rate).to.be.above(0);
+    for (let i = 0; i < 10; i++) node.endRound();
+    expect(node.buckets.peek(KEY)!.listed, 'listed for its 60 s window').to.equal(true);
+    // The ended window's bucket decays like any other with no request, its count of requests seen stays.
+    expect(b.rate).to.be.below(rate);
+    expect(b.seen).to.equal(seen);
+  });
+
   describe('a key seen here less than once in 16 rounds (every 600 ms)', () => {
     /** One 60 s window of `limit`. */
     const perMinute = (limit: number) =>
