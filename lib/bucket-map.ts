@@ -13,10 +13,15 @@ export class Subject {
   listed = false;
   /** Dropped from the map (its final report is already queued). */
   evicted = false;
-  /** A fast-path ask across the network in flight: requests arriving meanwhile wait for its answer. */
-  asking: Promise<void> | undefined = undefined;
   /** Round in which a request was last told to retry in a round (its ask's late answer is kept for it). */
   shortRound = -1;
+  /**
+   * Passed over at the rounds' ends for a while (`NodeRound.endRound`): the round it was last gone
+   * through and for how many rounds after it, packed in one small integer (`quietFor`); 0 when not. A
+   * request or a grant wakes it (`NodeState.wake`). One field: a subject holds no room for another
+   * without growing by a fifth (N4).
+   */
+  quiet = 0;
 
   /**
    * Builds the buckets of `limits`, keeping those of `previous` for windows of the same length;
@@ -28,6 +33,8 @@ export class Subject {
     nextLease: () => number,
     previous?: Subject,
   ) {
+    // Its quiet spell goes on: the buckets it keeps still owe the rounds passed over (`NodeState.wake`).
+    this.quiet = previous?.quiet ?? 0;
     this.buckets = limits.windows.map((w) => {
       const i = previous?.limits.windows.findIndex((p) => p.windowMs === w.windowMs) ?? -1;
       if (i < 0) return new Bucket(phaseOffset(keyId, w.windowMs), nextLease(), w.windowMs);
@@ -50,6 +57,20 @@ export class Subject {
     for (const b of this.buckets) if (!b.evictable(nowMs)) return false;
     return true;
   }
+}
+
+/** Rounds a subject is passed over at most (`Subject.quiet`'s low 8 bits), and the bits its round of going quiet keeps. */
+export const QUIET_MAX = 255;
+const QUIET_FROM = (1 << 22) - 1;
+
+/** `Subject.quiet` for a subject gone through at round `from`, then passed over for `rounds` (1 to QUIET_MAX). */
+export function quietFor(from: number, rounds: number): number {
+  return ((from & QUIET_FROM) << 8) | rounds;
+}
+
+/** Rounds since a quiet subject (`quiet`, not 0) was last gone through, at round `now`. */
+export function quietSince(quiet: number, now: number): number {
+  return (now - (quiet >>> 8)) & QUIET_FROM;
 }
 
 /** How many of the least recently used subjects one insertion looks at for eviction. */

@@ -15,6 +15,9 @@ type Denial = 'refused' | 'unavailable';
  * retry (H2).
  */
 export abstract class NodeAsks extends NodeMessages {
+  /** Fast-path asks across the network in flight, by subject: requests arriving meanwhile wait for the answer. */
+  private readonly asking = new Map<Subject, Promise<void>>();
+
   /** Admits: takes `cost` from every window of `subject` (each holds it). */
   protected take(subject: Subject, cost: number): typeof ADMITTED {
     for (const b of subject.buckets) b.spent += cost;
@@ -25,9 +28,10 @@ export abstract class NodeAsks extends NodeMessages {
   protected fastPath(subject: Subject, cost: number): Acquired | Promise<Acquired> {
     // An ask for this key is on its way: share its answer instead of asking again (a second ask
     // would outlast the hard deadline). Whatever happens to the ask, the waiters are answered.
-    if (subject.asking !== undefined) {
+    const asking = this.asking.get(subject);
+    if (asking !== undefined) {
       const recheck = (): Acquired => this.recheck(subject, cost);
-      return subject.asking.then(recheck, recheck);
+      return asking.then(recheck, recheck);
     }
     const sent = this.ask(subject, cost);
     if (!('requests' in sent)) return sent;
@@ -39,7 +43,7 @@ export abstract class NodeAsks extends NodeMessages {
     }
     const settled = answer.then(
       (grants) => {
-        subject.asking = undefined;
+        this.asking.delete(subject);
         if (grants === undefined) {
           // An owner side in this process that missed the deadline (it waits for its round reply)
           // says nothing about the network: no hedging for it.
@@ -52,11 +56,11 @@ export abstract class NodeAsks extends NodeMessages {
       },
       (err: unknown) => {
         // Never left pending: a stuck ask would send every later request of this key to fail-open.
-        subject.asking = undefined;
+        this.asking.delete(subject);
         throw err;
       },
     );
-    subject.asking = settled;
+    this.asking.set(subject, settled);
     return settled.then(() => (blocked ? this.deny(subject, cost, 'refused') : this.recheck(subject, cost)));
   }
 

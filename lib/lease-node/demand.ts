@@ -98,6 +98,15 @@ export abstract class NodeDemand extends NodeState {
     return this.standing(limit, demand) && demandMark(demand) === b.reportedDemand && b.credit > Math.max(Math.floor(demand * h) - 1, recallKeep(demand, this.cfg.demandRounds, h));
   }
 
+  /**
+   * Whether `demand` of a window of `limit` stays where it is while its bucket sees no request, until
+   * its rate fades (`fadeRate`): a standing lease at STANDING, which hedging never raises (HEDGE_MAX),
+   * and which its rate, only falling, never passes.
+   */
+  protected steady(limit: number, demand: number): boolean {
+    return demand === STANDING && this.standingBudget(limit) >= STANDING;
+  }
+
   /** Requests' worth a node may strand of a window of `limit`: limit / (PLENTIFUL × fleet); plentiful from 1. */
   private standingBudget(limit: number): number {
     return Math.floor(limit / (PLENTIFUL * Math.max(1, this.link.fleetSize())));

@@ -41,6 +41,8 @@ export abstract class NodeMessages extends NodeBoundary {
       // A grant sized under an older, higher limit is cut to the one in force.
       this.trim(b, this.limitOf(g.keyId, g.windowMs));
       if (g.grantSeq > b.exhaustedSeq) b.exhausted = Exhaustion.None;
+      // What it holds moved: a quiet subject is gone through again (it may give some back, or report a trim).
+      this.wake(this.buckets.peek(g.keyId)!);
       this.stats.grantsApplied++;
       return true;
     }

@@ -1,5 +1,5 @@
 import { RATE_ONE, type Bucket } from '../bucket.js';
-import type { Subject } from '../bucket-map.js';
+import { QUIET_MAX, quietFor, quietSince, type Subject } from '../bucket-map.js';
 import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
 import { windowIdAt } from '../window.js';
 import { NodeAsks } from './asks.js';
@@ -10,6 +10,16 @@ import { demandMark } from './demand.js';
 const IDLE_REPORT_ROUNDS = 8;
 /** A bucket's last rounds in its window, in which what it spent is reported at once (`mayWait`). */
 const TAIL_ROUNDS = AHEAD_ROUNDS + 1;
+/**
+ * How far the rounds' pace may drift from the wall clock, in rounds either way, before every quiet
+ * subject is woken (`wakeAll`); and the rounds a quiet spell ends before a window's last rounds. The
+ * time of N rounds passed over then differs from N rounds by at most 2 × QUIET_DRIFT < QUIET_SLACK + 1
+ * rounds, so none is passed over into them.
+ */
+const QUIET_DRIFT = 2;
+const QUIET_SLACK = 4;
+/** ln(16/15): a round with no request keeps 15/16 of a bucket's rate, less one at most. */
+const DECAY_LOG = Math.log(16 / 15);
 
 /**
  * The round, driven by the caller: at its end a heartbeat, then for each listed bucket the credit
@@ -24,6 +34,10 @@ export abstract class NodeRound extends NodeAsks {
    * round until then, since owners take every batch after a self-grant as carrying it.
    */
   private readonly evictedSelfGrants = new Map<string, { shard: number; report: Report; end: number }>();
+  /** The fleet size, and the wall-clock time and round, at the last round no subject was passed over (`wakeAll`). */
+  private quietFleet = 0;
+  private paceAt = 0;
+  private paceRound = 0;
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
@@ -34,6 +48,7 @@ export abstract class NodeRound extends NodeAsks {
   resync(shards: ReadonlySet<number>): void {
     const now = this.clock.now();
     for (const s of this.buckets.values()) {
+      this.wake(s);
       let any = false;
       s.buckets.forEach((b, i) => {
         if (b.windowEnd > now && shards.has(shardOf(s.keyId, b.windowId, this.cfg.shards))) {
@@ -72,11 +87,20 @@ export abstract class NodeRound extends NodeAsks {
       if (e.end <= now) this.evictedSelfGrants.delete(mark);
       else this.queue(byShard, e.shard, e.report);
     }
+    const wakeAll = this.wakeAll(now);
     const next: Subject[] = [];
     for (const s of this.reportList) {
       if (s.evicted) continue;
+      // A quiet subject is passed over until it is due, or a request or a grant wakes it.
+      if (s.quiet !== 0 && !wakeAll && quietSince(s.quiet, this.roundNo) < (s.quiet & QUIET_MAX)) {
+        next.push(s);
+        continue;
+      }
+      this.wake(s);
       const windows = s.limits.windows;
       let keep = false;
+      // For how many rounds it may be passed over from the next on (`quietRounds`): 0, none.
+      let quiet = this.roundNo - s.shortRound > 1 && !s.limits.fixedShare ? QUIET_MAX : 0;
       for (let i = 0; i < windows.length; i++) {
         const b = s.buckets[i] as Bucket;
         const w = windows[i]!;
@@ -106,7 +130,14 @@ export abstract class NodeRound extends NodeAsks {
         const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0 && b.nextIssued === 0;
         if (faded) b.rate = 0;
         if (b.windowEnd <= now) this.reportEnded(s.keyId, w.windowMs, w.limit, b);
-        if (faded || b.windowEnd <= now) continue;
+        if (faded) continue;
+        if (b.windowEnd <= now) {
+          // Ended, not yet faded: until it does, it may still give credit back (`shed`) or roll credit
+          // in, and a wall clock stepped back within the drift allowed could bring its window back.
+          const over = now - b.windowEnd >= 2 * QUIET_DRIFT * this.cfg.roundMs;
+          if (quiet > 0) quiet = idle && over && b.nextIssued === 0 && (b.credit <= 0 || this.steady(w.limit, demand)) ? Math.min(quiet, this.fadeRounds(b, w.limit)) : 0;
+          continue;
+        }
         keep = true;
         // A quiet one is reported the first round it is quiet (the owner sees its demand drop), then
         // every IDLE_REPORT_ROUNDS rounds, while its demand moves (a standing lease's does not: its
@@ -126,12 +157,15 @@ export abstract class NodeRound extends NodeAsks {
           this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
         }
         b.dirty = false;
+        if (quiet > 0) quiet = idle ? Math.min(quiet, this.quietRounds(b, w.limit, demand, now)) : 0;
       }
       // Buckets with demand stay on the list so the owner keeps hearing it; idle ones drop off.
       s.listed = keep;
       if (keep) next.push(s);
+      if (keep && quiet > 0) s.quiet = quietFor(this.roundNo, quiet);
     }
     this.reportList = next;
+    this.passRound = this.roundNo + 1;
     for (const { shard, report } of this.finalReports) this.queue(byShard, shard, report);
     this.finalReports = [];
     this.forgetEndedSelfGrants(now);
@@ -141,9 +175,52 @@ export abstract class NodeRound extends NodeAsks {
     return batches;
   }
 
+  /**
+   * For how many rounds from the next on an idle bucket that went through this round may be passed
+   * over if no request or grant comes (0: none). Going through it then would do nothing: its demand is
+   * steady (a standing lease: `steady`) and reported as it is, it holds no self-grant, and its rate,
+   * decaying, stays above where it fades (`fadeRate`) for those rounds; and they end QUIET_SLACK rounds'
+   * time before its window's last rounds (`TAIL_ROUNDS`), whose reports, ask ahead and roll-in follow
+   * the clock. So a key seen every second or so costs a visit or two per request, not one every round:
+   * at 1,000 such keys on a fleet member, the rounds' pass over its buckets was a fifth of its CPU.
+   */
+  protected quietRounds(b: Bucket, limit: number, demand: number, now: number): number {
+    if (b.selfIssued > 0 || !this.steady(limit, demand) || demandMark(demand) !== b.reportedDemand) return 0;
+    const untilTail = Math.floor((b.windowEnd - TAIL_ROUNDS * this.cfg.roundMs - now) / this.cfg.roundMs) - QUIET_SLACK;
+    return Math.max(0, Math.min(this.fadeRounds(b, limit), untilTail));
+  }
+
+  /**
+   * Rounds with no request for which `b`'s rate surely stays at or above where it fades (`fadeRate`),
+   * at most QUIET_MAX: a round with no request takes ⌈rate / 16⌉ off, so after k at least
+   * rate · (15/16)^k − 16 is left. A lower bound: passed over that long, it is gone through once more
+   * before it fades, never after.
+   */
+  private fadeRounds(b: Bucket, limit: number): number {
+    const fade = this.fadeRate(limit);
+    return b.rate > fade + 16 ? Math.min(QUIET_MAX, Math.floor(Math.log(b.rate / (fade + 16)) / DECAY_LOG)) : 0;
+  }
+
+  /**
+   * Whether no subject may be passed over this round, all gone through as they would have been: when
+   * the fleet's size changed (it moves every plan's standing budget, so demands), or when the rounds'
+   * pace has drifted from the wall clock by more than QUIET_DRIFT rounds since the last such round
+   * (late rounds, a clock step) — so a quiet subject is never passed over into its window's last rounds.
+   */
+  private wakeAll(now: number): boolean {
+    const fleet = this.link.fleetSize();
+    const drift = now - this.paceAt - (this.roundNo - this.paceRound) * this.cfg.roundMs;
+    if (fleet === this.quietFleet && Math.abs(drift) <= QUIET_DRIFT * this.cfg.roundMs) return false;
+    this.quietFleet = fleet;
+    this.paceAt = now;
+    this.paceRound = this.roundNo;
+    return true;
+  }
+
   /** Gives back every bit of unspent credit of a subject about to be evicted, and queues its report. */
   protected releaseAll(subject: Subject): void {
     const now = this.clock.now();
+    this.wake(subject);
     subject.evicted = true;
     subject.limits.windows.forEach((w, i) => {
       const b = subject.buckets[i] as Bucket;

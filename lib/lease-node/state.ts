@@ -1,5 +1,5 @@
 import type { Bucket } from '../bucket.js';
-import { BucketMap, type Subject } from '../bucket-map.js';
+import { BucketMap, quietSince, type Subject } from '../bucket-map.js';
 import type { Clock } from '../clock.js';
 import { newNodeStats, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from '../node-contract.js';
 
@@ -12,6 +12,8 @@ export abstract class NodeState {
   readonly buckets: BucketMap;
   readonly stats: LeaseNodeStats = newNodeStats();
   protected roundNo = 0;
+  /** The round whose end goes through the report list next: `roundNo`, or the next once this one's has. */
+  protected passRound = 0;
   /**
    * Subjects to go through at the end of the round: each touched since the last one, and each whose
    * buckets still report demand (`Subject.listed`).
@@ -67,11 +69,23 @@ export abstract class NodeState {
 
   /** Stamps `subject` as used this round and puts it on the report list. */
   protected touch(subject: Subject): void {
+    this.wake(subject);
     subject.touchedRound = this.roundNo;
     if (!subject.listed) {
       subject.listed = true;
       this.reportList.push(subject);
     }
+  }
+
+  /**
+   * Ends a quiet spell of `subject` (`NodeRound.endRound`): gone through at this round's end, its
+   * rates decayed first for every round it was passed over, as those rounds would have with no request.
+   */
+  protected wake(subject: Subject): void {
+    if (subject.quiet === 0) return;
+    const passed = quietSince(subject.quiet, this.passRound) - 1;
+    subject.quiet = 0;
+    for (const b of subject.buckets) for (let i = 0; i < passed && b.rate > 0; i++) b.rate += Math.floor(-b.rate / 16);
   }
 
   /** Notes a sign of life from the owner of `shard`. */

@@ -1,0 +1,147 @@
+import { expect } from 'chai';
+import { MemoryBus } from '../../bus/memory.js';
+import type { Bucket } from '../../lib/bucket.js';
+import { FakeClock } from '../../lib/clock.js';
+import { FoldOwner } from '../../lib/fold-owner.js';
+import { LeaseNode } from '../../lib/lease-node.js';
+import { compilePolicy } from '../../lib/policy.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { seededRandom } from '../../scripts/sim/queue.js';
+import { nodeConfig, ownerConfig } from '../support/protocol.js';
+
+/*
+ * A subject whose buckets have nothing to do for a while is passed over at the rounds' ends (its
+ * `quiet` rounds). That must change nothing a round sends or a request meets: the same traffic through a
+ * node that goes through every subject every round gives the same batches, answers and buckets.
+ */
+const SHARDS = 4;
+const R = 25;
+/**
+ * A plan plentiful enough for standing leases (what goes quiet); one that is so only while the fleet
+ * has one node (its standing budget, limit / (512 × fleet), falls from 5 to 2 with a second); one too
+ * small for them; and one with a small window beside a plentiful one.
+ */
+const doc = {
+  version: 1,
+  defaultPlan: 'big',
+  anonymousPlan: 'small',
+  tenants: { mid: { plan: 'mid' }, mixed: { plan: 'mixed' } },
+  plans: {
+    big: {
+      windows: [
+        { name: 'burst', windowMs: 1000, limit: 1_000_000 },
+        { name: 'minute', windowMs: 60_000, limit: 20_000_000 },
+      ],
+    },
+    mid: { windows: [{ name: 'burst', windowMs: 1000, limit: 3000 }] },
+    small: { windows: [{ name: 'burst', windowMs: 1000, limit: 50 }] },
+    mixed: {
+      windows: [
+        { name: 'burst', windowMs: 1000, limit: 20 },
+        { name: 'minute', windowMs: 60_000, limit: 20_000_000 },
+      ],
+    },
+  },
+};
+/** The same plans compiled twice: a key moved from one to the other gets a new subject keeping its buckets. */
+const policies = [compilePolicy(doc), compilePolicy(doc)];
+
+/** The same node with nothing ever passed over: every subject gone through every round, as before. */
+class EveryRound extends LeaseNode {
+  protected override quietRounds(): number {
+    return 0;
+  }
+}
+
+function fleetOfOne(clock: FakeClock, make: (link: ReturnType<MemoryBus['connectNode']>) => LeaseNode): { node: LeaseNode; bus: MemoryBus } {
+  const bus = new MemoryBus({ shards: SHARDS, roundMs: R, clock });
+  const id = { nodeId: 'solo', nodeEpoch: 'solo-1' };
+  let node: LeaseNode | undefined;
+  const link = bus.connectNode(id, (m) => node!.onMessage(m));
+  node = make(link);
+  bus.serveOwner(id, new FoldOwner(ownerConfig(clock, bus.fleetView(id), { shardOf: (k, w) => shardOf(k, w, SHARDS) })));
+  return { node, bus };
+}
+
+const state = (b: Bucket): unknown => ({ ...b, windowEnd: b.windowEnd, credit: b.credit });
+
+describe('quiet subjects: passed over at the rounds’ ends, with nothing changed', () => {
+  it('a quiet subject evicted right after the fleet grew reports the demand it would have had', () => {
+    const clock = new FakeClock(1_800_000_000_000);
+    const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, maxBuckets: 1, demandRounds: 3 });
+    const fleets = [fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link)), fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link))];
+    const mid = policies[0]!.limitsFor('v1:QUIETA00000000000000000', 'mid');
+    const sent: unknown[][] = [[], []];
+    const step = (f: (node: LeaseNode) => void): void =>
+      fleets.forEach(({ node }, i) => {
+        f(node);
+        sent[i]!.push(node.endRound());
+      });
+    // Two requests a round: it goes quiet as soon as its rate falls below one a round (STANDING's worth).
+    for (let r = 0; r < 30; r++) {
+      step((node) => [1, 2].forEach(() => node.acquire('v1:QUIETA00000000000000000', mid)));
+      clock.advance(R);
+    }
+    const a = fleets[0]!.node.buckets.peek('v1:QUIETA00000000000000000')!;
+    for (let r = 0; r < 40 && a.quiet === 0; r++) {
+      step(() => undefined);
+      clock.advance(R);
+    }
+    for (let r = 0; r < 10; r++) {
+      step(() => undefined);
+      clock.advance(R);
+    }
+    expect(a.quiet, 'passed over these 10 rounds').to.not.equal(0);
+    // A second member: the plan's standing budget falls below STANDING before any round sees it.
+    for (const f of fleets) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
+    step((node) => node.acquire('v1:QUIETB00000000000000000', mid)); // evicts A: its final report
+    expect(sent[0]).to.deep.equal(sent[1]);
+  });
+
+  for (let seed = 1; seed <= 12; seed++) {
+    it(`seed ${seed}: the same batches, answers and buckets as going through every subject every round`, () => {
+      const rand = seededRandom(seed);
+      const clock = new FakeClock(1_800_000_000_000 + Math.floor(rand() * 60_000));
+      // Fewer bucket slots than keys × windows in some seeds: evictions give credit back meanwhile.
+      const maxBuckets = seed % 3 === 0 ? 50 : 1000;
+      const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, maxBuckets, demandRounds: 3 });
+      const one = fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link));
+      const other = fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link));
+      const [quiet, every] = [one.node, other.node];
+      // Keys seen from every round to once in a few seconds; one in five on each other plan.
+      const keys = Array.from({ length: 40 }, (_, i) => ({ id: `v1:QUIET${String(i).padStart(17, '0')}`, p: 0.002 + rand() * rand() * 0.6, plan: i % 5, policy: 0 }));
+      const tenants = ['', 'mid', 'mixed', 't', 't'];
+      let passedOver = 0;
+      for (let round = 0; round < 2400; round++) {
+        // Half-way, in odd seeds, a second node joins: the mid plan's standing leases are no more.
+        if (round === 1200 && seed % 2 === 1) for (const f of [one, other]) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
+        for (const k of keys) {
+          if (rand() >= k.p) continue;
+          // Now and then a key's policy changes (a reload): a new subject, the same buckets.
+          if (rand() < 0.02) k.policy = 1 - k.policy;
+          const policy = policies[k.policy]!;
+          const limits = k.plan === 0 ? policy.anonymousLimitsFor('any') : policy.limitsFor(k.id, tenants[k.plan]);
+          const a = quiet.acquire(k.id, limits);
+          const b = every.acquire(k.id, limits);
+          expect(a instanceof Promise || b instanceof Promise, 'a local owner answers at once').to.equal(false);
+          expect(a, `round ${round}, ${k.id}`).to.deep.equal(b);
+        }
+        // Rounds mostly on time, some late (a busy loop), a few wall-clock steps either way.
+        const late = rand() < 0.1 ? Math.floor(rand() * 60) : 0;
+        clock.advance(R + late);
+        if (rand() < 0.01) clock.step(Math.floor((rand() - 0.5) * 160));
+        expect(quiet.endRound(), `round ${round}`).to.deep.equal(every.endRound());
+        for (const k of keys) if ((quiet.buckets.peek(k.id)?.quiet ?? 0) !== 0) passedOver++;
+      }
+      expect(quiet.stats).to.deep.equal(every.stats);
+      for (const k of keys) {
+        const a = quiet.buckets.peek(k.id);
+        const b = every.buckets.peek(k.id);
+        // A quiet subject's rates are brought up to date when it is next gone through or woken.
+        if (a !== undefined) (quiet as unknown as { wake(s: unknown): void }).wake(a);
+        expect(a?.buckets.map(state), k.id).to.deep.equal(b?.buckets.map(state));
+      }
+      expect(passedOver, 'subjects were passed over').to.be.above(1000);
+    });
+  }
+});
