@@ -50,6 +50,7 @@ export class LeaseNode extends NodeRound implements Enforcer {
   charge(keyId: string, limits: ResolvedLimits, cost = 1): void {
     const now = this.clock.now();
     const subject = this.buckets.get(keyId, limits, now, this.roundNo);
+    this.wake(subject);
     const windows = limits.windows;
     for (let i = 0; i < windows.length; i++) {
       const b = subject.buckets[i] as Bucket;

@@ -130,7 +130,10 @@ export abstract class NodeRound extends NodeAsks {
         const faded = idle && b.rate < this.fadeRate(w.limit) && b.selfIssued === 0 && b.nextIssued === 0;
         if (faded) b.rate = 0;
         if (b.windowEnd <= now) this.reportEnded(s.keyId, w.windowMs, w.limit, b);
-        if (faded) continue;
+        if (faded) {
+          if (b.credit > 0) quiet = 0;
+          continue;
+        }
         if (b.windowEnd <= now) {
           // Ended, not yet faded: until it does, it may still give credit back (`shed`) or roll credit
           // in, and a wall clock stepped back within the drift allowed could bring its window back.
