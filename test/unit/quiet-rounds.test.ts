@@ -78,6 +78,29 @@ function fleetOfOne(clock: FakeClock, make: (link: ReturnType<MemoryBus['connect
 
 const state = (b: Bucket): unknown => ({ ...b, windowEnd: b.windowEnd, credit: b.credit });
 
+/**
+ * A quiet node and one going through every subject every round, each the one member of its own fleet,
+ * on one clock starting `start` ms after a round second. `step` runs `f` on both, then a round on
+ * both, keeping what each sent, then moves the clock a round on; `grow` has a second member join both.
+ */
+function sideBySide(start: number, maxBuckets = 1000) {
+  const clock = new FakeClock(1_800_000_000_000 + start);
+  const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, maxBuckets, demandRounds: 3 });
+  const fleets = [fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link)), fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link))];
+  const sent: unknown[][] = [[], []];
+  const step = (f: (node: LeaseNode) => void = () => undefined): void => {
+    fleets.forEach(({ node }, i) => {
+      f(node);
+      sent[i]!.push(node.endRound());
+    });
+    clock.advance(R);
+  };
+  const grow = (): void => {
+    for (const f of fleets) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
+  };
+  return { clock, quiet: fleets[0]!.node, every: fleets[1]!.node, sent, step, grow };
+}
+
 /** As if most of its asks across the network had missed their deadline: demands hedge (`NodeDemand.demandOf`). */
 const hedging = (node: LeaseNode): void => {
   (node as unknown as { missed256: number }).missed256 = 200;
@@ -85,34 +108,17 @@ const hedging = (node: LeaseNode): void => {
 
 describe('quiet subjects: passed over at the rounds’ ends, with nothing changed', () => {
   it('a quiet subject evicted right after the fleet grew reports the demand it would have had', () => {
-    const clock = new FakeClock(1_800_000_000_000);
-    const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, maxBuckets: 1, demandRounds: 3 });
-    const fleets = [fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link)), fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link))];
-    const mid = policies[0]!.limitsFor('v1:QUIETA00000000000000000', 'mid');
-    const sent: unknown[][] = [[], []];
-    const step = (f: (node: LeaseNode) => void): void =>
-      fleets.forEach(({ node }, i) => {
-        f(node);
-        sent[i]!.push(node.endRound());
-      });
+    const { quiet, sent, step, grow } = sideBySide(0, 1);
+    const [a, b] = ['v1:QUIETA00000000000000000', 'v1:QUIETB00000000000000000'];
+    const mid = policies[0]!.limitsFor(a, 'mid');
     // Two requests a round: it goes quiet as soon as its rate falls below one a round (STANDING's worth).
-    for (let r = 0; r < 30; r++) {
-      step((node) => [1, 2].forEach(() => node.acquire('v1:QUIETA00000000000000000', mid)));
-      clock.advance(R);
-    }
-    const a = fleets[0]!.node.buckets.peek('v1:QUIETA00000000000000000')!;
-    for (let r = 0; r < 40 && a.quiet === 0; r++) {
-      step(() => undefined);
-      clock.advance(R);
-    }
-    for (let r = 0; r < 10; r++) {
-      step(() => undefined);
-      clock.advance(R);
-    }
-    expect(a.quiet, 'passed over these 10 rounds').to.not.equal(0);
-    // A second member: the plan's standing budget falls below STANDING before any round sees it.
-    for (const f of fleets) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
-    step((node) => node.acquire('v1:QUIETB00000000000000000', mid)); // evicts A: its final report
+    for (let r = 0; r < 30; r++) step((node) => [1, 2].forEach(() => node.acquire(a, mid)));
+    const subject = quiet.buckets.peek(a)!;
+    for (let r = 0; r < 40 && subject.quiet === 0; r++) step();
+    for (let r = 0; r < 10; r++) step();
+    expect(subject.quiet, 'passed over these 10 rounds').to.not.equal(0);
+    grow(); // the plan's standing budget falls below STANDING before any round sees it
+    step((node) => node.acquire(b, mid)); // evicts A: its final report
     expect(sent[0]).to.deep.equal(sent[1]);
   });
 
@@ -120,29 +126,15 @@ describe('quiet subjects: passed over at the rounds’ ends, with nothing change
     let setups = 0;
     // Start phases in the key's 1 s window: the case needs a lease that put its report off.
     for (let start = 0; start < 1000; start += 100) {
-      const clock = new FakeClock(1_800_000_000_000 + start);
-      const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, demandRounds: 3 });
-      const fleets = [fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link)), fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link))];
+      const { clock, quiet, sent, step, grow } = sideBySide(start);
       const key = 'v1:QUIETA00000000000000000';
       const mid = policies[0]!.limitsFor(key, 'mid');
-      const sent: unknown[][] = [[], []];
-      const step = (f: (node: LeaseNode) => void): void =>
-        fleets.forEach(({ node }, i) => {
-          f(node);
-          sent[i]!.push(node.endRound());
-        });
-      for (let r = 0; r < 30; r++) {
-        step((node) => node.acquire(key, mid));
-        clock.advance(R);
-      }
-      const a = fleets[0]!.node.buckets.peek(key)!;
-      for (let r = 0; r < 46 && (a.quiet === 0 || r < 6); r++) {
-        step(() => undefined);
-        clock.advance(R);
-      }
-      if (a.quiet === 0 || !a.buckets[0]!.unreported) continue;
+      for (let r = 0; r < 30; r++) step((node) => node.acquire(key, mid));
+      const subject = quiet.buckets.peek(key)!;
+      for (let r = 0; r < 46 && (subject.quiet === 0 || r < 6); r++) step();
+      if (subject.quiet === 0 || !subject.buckets[0]!.unreported) continue;
       setups++;
-      for (const f of fleets) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
+      grow();
       clock.advance(1000); // a stall: the window ends before the next round does
       step((node) => node.charge(key, mid)); // rolls the bucket: its final report of the window before
       expect(sent[0], `start ${start}`).to.deep.equal(sent[1]);
@@ -153,13 +145,8 @@ describe('quiet subjects: passed over at the rounds’ ends, with nothing change
   for (let seed = 1; seed <= 12; seed++) {
     it(`seed ${seed}: the same batches, answers and buckets as going through every subject every round`, () => {
       const rand = seededRandom(seed);
-      const clock = new FakeClock(1_800_000_000_000 + Math.floor(rand() * 60_000));
       // Fewer bucket slots than keys × windows in some seeds: evictions give credit back meanwhile.
-      const maxBuckets = seed % 3 === 0 ? 50 : 1000;
-      const cfg = nodeConfig({ nodeId: 'solo', nodeEpoch: 'solo-1', shards: SHARDS, maxBuckets, demandRounds: 3 });
-      const one = fleetOfOne(clock, (link) => new LeaseNode(cfg, clock, link));
-      const other = fleetOfOne(clock, (link) => new EveryRound(cfg, clock, link));
-      const [quiet, every] = [one.node, other.node];
+      const { clock, quiet, every, grow } = sideBySide(Math.floor(rand() * 60_000), seed % 3 === 0 ? 50 : 1000);
       // In even seeds, nodes whose asks miss their deadline.
       if (seed % 2 === 0) [quiet, every].forEach(hedging);
       // Keys seen from every round to once in a few seconds, over the plans.
@@ -168,7 +155,7 @@ describe('quiet subjects: passed over at the rounds’ ends, with nothing change
       let passedOver = 0;
       for (let round = 0; round < 2400; round++) {
         // Half-way, in odd seeds, a second node joins: the mid plan's standing leases are no more.
-        if (round === 1200 && seed % 2 === 1) for (const f of [one, other]) f.bus.connectNode({ nodeId: 'second', nodeEpoch: 'second-1' }, () => undefined);
+        if (round === 1200 && seed % 2 === 1) grow();
         for (const k of keys) {
           if (rand() >= k.p) continue;
           // Now and then a key's policy changes (a reload): a new subject, the same buckets.
