@@ -185,7 +185,7 @@ export abstract class NodeRound extends NodeAsks {
    * decaying, stays above where it fades (`fadeRate`) for those rounds; and they end QUIET_SLACK rounds'
    * time before its window's last rounds (`TAIL_ROUNDS`), whose reports, ask ahead and roll-in follow
    * the clock. So a key seen every second or so costs a visit or two per request, not one every round:
-   * at 1,000 such keys on a fleet member, the rounds' pass over its buckets was a fifth of its CPU.
+   * at 1,000 such keys on a fleet member, that pass was a fifth of what its limiter cost beyond bare Express.
    */
   protected quietRounds(b: Bucket, limit: number, demand: number, now: number): number {
     if (b.selfIssued > 0 || !this.steady(limit, demand) || demandMark(demand) !== b.reportedDemand) return 0;
