@@ -13,6 +13,15 @@ export const enum Exhaustion {
  */
 export const RATE_ONE = 65536;
 
+/**
+ * `rate` (in RATE_ONE) after a round that saw `requests`: smoothed over about sixteen rounds (400 ms),
+ * so one request is not a rate of one per round, and a lull of a few rounds is not the end of a key's
+ * traffic on a node. With none, it loses ⌈rate / 16⌉.
+ */
+export function smoothed(rate: number, requests: number): number {
+  return rate + Math.floor((requests * RATE_ONE - rate) / 16);
+}
+
 /** `Bucket.flags` bits. */
 const DIRTY = 1;
 const UNREPORTED = 2;

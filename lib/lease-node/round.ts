@@ -1,4 +1,4 @@
-import { RATE_ONE, type Bucket } from '../bucket.js';
+import { smoothed, type Bucket } from '../bucket.js';
 import { QUIET_MAX, quietFor, quietSince, type Subject } from '../bucket-map.js';
 import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
 import { windowIdAt } from '../window.js';
@@ -99,8 +99,13 @@ export abstract class NodeRound extends NodeAsks {
       this.wake(s);
       const windows = s.limits.windows;
       let keep = false;
+      // What its buckets give back is reported this round, even by one that saw no request. Not right
+      // after a request was told to retry in a round: a late answer's credit is kept for the retry. A
+      // fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).
+      // Neither goes quiet: the first gives back next round, a fixed share reports by rules of its own.
+      const sheds = this.roundNo - s.shortRound > 1 && !s.limits.fixedShare;
       // For how many rounds it may be passed over from the next on (`quietRounds`): 0, none.
-      let quiet = this.roundNo - s.shortRound > 1 && !s.limits.fixedShare ? QUIET_MAX : 0;
+      let quiet = sheds ? QUIET_MAX : 0;
       for (let i = 0; i < windows.length; i++) {
         const b = s.buckets[i] as Bucket;
         const w = windows[i]!;
@@ -110,16 +115,11 @@ export abstract class NodeRound extends NodeAsks {
           const id = windowIdAt(now, w.windowMs, b.offset);
           if (id === b.nextWindowId) this.rollBucket(s.keyId, b, id, w.windowMs, w.limit);
         }
-        // Smoothed over about sixteen rounds (400 ms): one request is not a rate of one per round, and
-        // a lull of a few rounds is not the end of a key's traffic on this node.
-        b.rate += Math.floor((b.roundDemand * RATE_ONE - b.rate) / 16);
+        b.rate = smoothed(b.rate, b.roundDemand);
         b.seen += b.roundDemand;
-        // What it gives back is reported this round, even by a bucket that saw no request. Not right
-        // after a request was told to retry in a round: a late answer's credit is kept for the retry.
-        // A fixed share is kept whatever the demand: it would not come back (`lib/owner/fixed-share.ts`).
         // Its demand this round: what the give-back, the choice to report and the report go by.
         const demand = this.demandOf(b, w.limit);
-        if (this.roundNo - s.shortRound > 1 && !s.limits.fixedShare) this.shed(b, w.limit, demand, now);
+        if (sheds) this.shed(b, w.limit, demand, now);
         const idle = b.roundDemand === 0 && !b.dirty;
         // Counted (rate, seen, idle): not again next round, even by a bucket whose window ended meanwhile
         // (left below with nothing to say, it would add a request a round to its rate while listed).

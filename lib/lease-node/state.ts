@@ -1,4 +1,4 @@
-import type { Bucket } from '../bucket.js';
+import { smoothed, type Bucket } from '../bucket.js';
 import { BucketMap, quietSince, type Subject } from '../bucket-map.js';
 import type { Clock } from '../clock.js';
 import { newNodeStats, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink } from '../node-contract.js';
@@ -85,7 +85,7 @@ export abstract class NodeState {
     if (subject.quiet === 0) return;
     const passed = quietSince(subject.quiet, this.passRound) - 1;
     subject.quiet = 0;
-    for (const b of subject.buckets) for (let i = 0; i < passed && b.rate > 0; i++) b.rate += Math.floor(-b.rate / 16);
+    for (const b of subject.buckets) for (let i = 0; i < passed && b.rate > 0; i++) b.rate = smoothed(b.rate, 0);
   }
 
   /** Notes a sign of life from the owner of `shard`. */
