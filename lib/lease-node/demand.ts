@@ -62,8 +62,8 @@ export abstract class NodeDemand extends NodeState {
     // window's included (asked ahead), find credit here instead of each asking an owner across the
     // network with a hard deadline. What may strand is a lease of up to 2.5 × that budget + 1, under
     // 1 % of the allowance over the fleet; the owner's room rule still bounds top-ups at a window's
-    // tail, and a recall leaves 2. A bucket fading out of the reports gives it back first (its rate
-    // is below `fadeRate` here a round before `endRound` drops it).
+    // tail, and a recall leaves 2. A bucket fading out of the reports gives all but one credit back
+    // first (its rate is below `fadeRate` here a round before `endRound` drops it; `shed`).
     const budget = this.standingBudget(limit);
     if (budget >= 1 && b.rate >= MIN_RATE_PLENTIFUL) demand = Math.max(demand, Math.min(budget, STANDING));
     if (this.missed256 <= UNRELIABLE_256) return demand;
@@ -137,14 +137,19 @@ export abstract class NodeDemand extends NodeState {
    * release in this round's report and can issue it where requests are. A standing lease keeps its
    * whole size (no more) to its window's end: what it may strand is within its plan's budget
    * already, and shedding part of it late in each window would cost a report and a top-up per key
-   * for credit nobody is short of.
+   * for credit nobody is short of. Under a plentiful plan a bucket keeps one credit whatever its
+   * demand, to its window's end (or a recall): a caller back after a quiet spell in the same window
+   * finds it here, where it would otherwise ask an owner across the network under the hard
+   * deadline — the bench's fleet member refused one such request in 1,500 on a busy host. One credit
+   * per node is below the standing lease the plan's budget allows already.
    */
   protected shed(b: Bucket, limit: number, demand: number, now: number): void {
     if (b.credit <= 0) return;
     const standing = this.standing(limit, demand);
     const keep = leaseTarget(demand, standing ? Infinity : (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
-    if (b.credit > (standing ? keep : 2 * keep)) {
-      b.released += b.credit - keep;
+    const kept = Math.max(keep, this.standingBudget(limit) >= 1 ? 1 : 0);
+    if (b.credit > (standing ? keep : 2 * keep) && b.credit > kept) {
+      b.released += b.credit - kept;
       b.dirty = true;
     }
   }

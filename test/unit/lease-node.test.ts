@@ -646,7 +646,7 @@ describe('lease node: the decision path', () => {
       expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
     });
 
-    it('keeps a standing lease through quiet rounds, and gives it back once its demand has faded', async () => {
+    it('keeps a standing lease through quiet rounds, and gives all but one credit back once its demand has faded', async () => {
       const clock = new FakeClock(1_800_000_000_000);
       const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
       const node = makeNode(link, clock);
@@ -664,7 +664,52 @@ describe('lease node: the decision path', () => {
         node.endRound();
         clock.advance(25);
       }
-      expect(b.released).to.equal(2 * STANDING);
+      expect([b.credit, b.released]).to.deep.equal([1, 2 * STANDING - 1]);
+    });
+
+    // The recording link's fleet is 4: PLENTIFUL × 4 a window is the least plentiful plan.
+    for (const [limit, kept] of [
+      [PLENTIFUL * 4 * STANDING, 1],
+      [PLENTIFUL * 4, 1],
+      [PLENTIFUL * 4 - 1, 0],
+    ] as const) {
+      it(`under a plan of ${limit}, keeps ${kept} credit once its demand has faded: a caller back in the window ${kept > 0 ? 'asks nobody' : 'asks again'}`, () => {
+        const clock = new FakeClock(1_800_000_000_000);
+        const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1 + STANDING, 1)));
+        const node = makeNode(link, clock);
+        const limits = perMinute(limit);
+        clock.set(windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off) - 30_000);
+        expect(node.acquire(KEY, limits)).to.deep.equal({ admitted: true }); // granted 1 + STANDING
+        const b = node.buckets.peek(KEY)!.buckets[0]!;
+        for (let i = 0; i < 200; i++) {
+          node.endRound();
+          clock.advance(25);
+        }
+        // Faded (5 s on): its rate forgotten, the rest given back, off the report list.
+        expect([b.rate, b.credit, b.released]).to.deep.equal([0, kept, STANDING - kept]);
+        expect(node.endRound().flatMap((x) => x.reports)).to.deep.equal([]);
+        const back = node.acquire(KEY, limits);
+        expect(link.requests).to.have.length(kept > 0 ? 1 : 2);
+        if (kept > 0) expect(back).to.deep.equal({ admitted: true });
+      });
+    }
+
+    it('reports what a standing lease of one request put off, and keeps one credit, once its rate fades', () => {
+      const clock = new FakeClock(1_800_000_000_000);
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 4, 1)));
+      const node = makeNode(link, clock);
+      const limits = perMinute(PLENTIFUL * 4); // a standing demand of 1
+      clock.set(windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off) - 30_000);
+      node.acquire(KEY, limits);
+      node.endRound(); // its first report: news
+      clock.advance(100);
+      node.acquire(KEY, limits); // holds 2, more than a recall would leave it: put off
+      const seen: Array<[number, number]> = [];
+      for (let i = 0; i < 200; i++) {
+        clock.advance(25);
+        for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY) seen.push([r.spent, r.released]);
+      }
+      expect(seen).to.deep.equal([[2, 1]]);
     });
 
     it('reports a spend whose ask was answered after the round that counted its request', async () => {
@@ -736,7 +781,7 @@ describe('lease node: the decision path', () => {
       expect([...before, ...everyFourRounds(29_000, 1).filter((x) => x.length > 0)]).to.deep.equal([[1], [3]]);
     });
 
-    it('reports what a standing lease put off before its rate fades, and gives the lease back', () => {
+    it('reports what a standing lease put off before its rate fades, and gives all but one credit back', () => {
       const { clock, node, limits, reports } = standing(3 * STANDING);
       node.acquire(KEY, limits);
       reports();
@@ -747,7 +792,7 @@ describe('lease node: the decision path', () => {
         clock.advance(25);
         for (const r of reports()) seen.push([r.spent, r.released]);
       }
-      expect(seen).to.deep.equal([[2, 3 * STANDING - 2]]);
+      expect(seen).to.deep.equal([[2, 3 * STANDING - 3]]);
     });
 
     it("reports a standing lease's spends in its window's last rounds: what it put off, and each at once", () => {
@@ -824,7 +869,7 @@ describe('lease node: the decision path', () => {
       expect(next[0]).to.equal(2 * STANDING);
     });
 
-    it("does not fade while it holds credit granted ahead: rolled in at the rollover, given back to that window's owner", () => {
+    it("does not fade while it holds credit granted ahead: rolled in at the rollover, given back to that window's owner but one", () => {
       const clock = new FakeClock(1_800_000_000_000);
       const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
       const node = makeNode(link, clock);
@@ -841,7 +886,7 @@ describe('lease node: the decision path', () => {
         for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY && r.windowId === first + 1) released.push(r.released);
       }
       expect(b.windowId).to.equal(first + 1);
-      expect(released.at(-1)).to.equal(2 * STANDING);
+      expect(released.at(-1)).to.equal(2 * STANDING - 1);
     });
 
     it('is forgotten once its demand has faded: a later unreliable spell does not hedge it', async () => {
