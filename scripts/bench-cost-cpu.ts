@@ -52,6 +52,11 @@ export interface CpuRow {
   runs: CpuRun[];
   /** Non-2xx answers, errors and timeouts over all counted runs (nothing should be refused: the limit is 1e9). */
   non2xx: number;
+  /**
+   * The same over its warm-up. A fleet's falls in its first minute, when the 60 s windows running
+   * started before its owners' first blankets: a member's first sight there asks its owner.
+   */
+  warmupNon2xx: number;
   statuses: Record<string, number>;
   skipped?: string;
   /** Fleet only: CPU µs per request (of the loaded member) spent by each of the two other members. */
@@ -103,6 +108,7 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
     overBarePerRoundPct: [],
     runs: [],
     non2xx: 0,
+    warmupNon2xx: 0,
     statuses: {},
     ...(skipped ? { skipped } : {}),
   });
@@ -127,7 +133,7 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
     for (const t of targets) {
       if (t.servers.length === 0) continue;
       log(`cpu: warm-up ${t.row.variant}: ${o.warmupSeconds} s at ${o.rate}/s`);
-      await paced(t.servers[0]!.port, o.rate, o.warmupSeconds, o.keys, prefix);
+      t.row.warmupNon2xx = (await paced(t.servers[0]!.port, o.rate, o.warmupSeconds, o.keys, prefix)).non2xx;
     }
     const others: number[][] = [[], []];
     for (let r = 1; r <= o.rounds; r++) {

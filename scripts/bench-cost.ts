@@ -77,7 +77,7 @@ export interface CostSummary {
   bytesPerKey: number | null;
   /** The same figures for the no-op middleware and the peers (null where not measured). */
   beside: Record<string, { instrOverBarePct: number | null; instrFirstSightOverBarePct: number | null; cpuOverBarePct: number | null; bytesPerKey: number | null }>;
-  /** Non-2xx answers, errors and timeouts per variant over every cost run: all should be 0 (limit 1e9). */
+  /** Non-2xx answers, errors and timeouts per variant over every cost run (and warm-up, where any): all should be 0 (limit 1e9). */
   refusals: Record<string, number>;
 }
 
@@ -107,6 +107,7 @@ function summarize(instr: Cost['instructions'], cpu: CpuResult, mem: KeyMemoryRe
   const refusals: Record<string, number> = {};
   for (const r of runs) refusals[`${r.variant} (callgrind, ${r.keys === 'one' ? 'one key' : 'fresh keys'})`] = r.non2xx;
   for (const r of cpu.rows) if (!r.skipped) refusals[`${r.variant} (cpu, ${cpu.options.keys} keys)`] = r.non2xx;
+  for (const r of cpu.rows) if (r.warmupNon2xx > 0) refusals[`${r.variant} (cpu warm-up, ${cpu.options.keys} keys)`] = r.warmupNon2xx;
   return {
     instrOverBarePct: pct(ir('limiter', 'one'), bareIr),
     instrFirstSightOverBarePct: pct(ir('limiter', 'fresh'), bareIr),
