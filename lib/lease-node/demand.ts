@@ -140,8 +140,9 @@ export abstract class NodeDemand extends NodeState {
    * for credit nobody is short of. Under a plentiful plan a bucket keeps one credit whatever its
    * demand, to its window's end (or a recall): a caller back after a quiet spell in the same window
    * finds it here, where it would otherwise ask an owner across the network under the hard
-   * deadline — the bench's fleet member refused one such request in 1,500 on a busy host. One credit
-   * per node is below the standing lease the plan's budget allows already.
+   * deadline (the bench's fleet member, its load pausing 50 s between runs, refused 26 of 45,000
+   * requests so on a busy host). One credit per node is below the standing lease the plan's budget
+   * allows already.
    */
   protected shed(b: Bucket, limit: number, demand: number, now: number): void {
     if (b.credit <= 0) return;
