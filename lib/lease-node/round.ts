@@ -131,7 +131,11 @@ export abstract class NodeRound extends NodeAsks {
         if (faded) b.rate = 0;
         if (b.windowEnd <= now) this.reportEnded(s.keyId, w.windowMs, w.limit, b);
         if (faded) {
-          if (b.credit > 0) quiet = 0;
+          if (b.credit > 0) {
+            quiet = 0;
+            if (b.windowEnd > now && !s.limits.fixedShare && this.recallSpares(b))
+              this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, false, 0));
+          }
           continue;
         }
         if (b.windowEnd <= now) {

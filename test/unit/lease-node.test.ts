@@ -646,7 +646,7 @@ describe('lease node: the decision path', () => {
       expect([...current, ...next].every((d) => d > 0 && d < 1 / 1.25)).to.equal(true);
     });
 
-    it('keeps a standing lease through quiet rounds, and gives all but one credit back once its demand has faded', async () => {
+    it('keeps a standing lease through quiet rounds, and gives it back once its demand has faded (a key seen once keeps none)', async () => {
       const clock = new FakeClock(1_800_000_000_000);
       const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
       const node = makeNode(link, clock);
@@ -664,7 +664,7 @@ describe('lease node: the decision path', () => {
         node.endRound();
         clock.advance(25);
       }
-      expect([b.credit, b.released]).to.deep.equal([1, 2 * STANDING - 1]);
+      expect([b.credit, b.released]).to.deep.equal([0, 2 * STANDING]);
     });
 
     // The recording link's fleet is 4: PLENTIFUL × 4 a window is the least plentiful plan.
@@ -673,20 +673,22 @@ describe('lease node: the decision path', () => {
       [PLENTIFUL * 4, 1],
       [PLENTIFUL * 4 - 1, 0],
     ] as const) {
-      it(`under a plan of ${limit}, keeps ${kept} credit once its demand has faded: a caller back in the window ${kept > 0 ? 'asks nobody' : 'asks again'}`, () => {
+      it(`under a plan of ${limit}, a key seen twice keeps ${kept} credit once its demand has faded: back in the window, it ${kept > 0 ? 'asks nobody' : 'asks again'}`, () => {
         const clock = new FakeClock(1_800_000_000_000);
         const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1 + STANDING, 1)));
         const node = makeNode(link, clock);
         const limits = perMinute(limit);
         clock.set(windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off) - 30_000);
         expect(node.acquire(KEY, limits)).to.deep.equal({ admitted: true }); // granted 1 + STANDING
+        node.endRound();
+        expect(node.acquire(KEY, limits)).to.deep.equal({ admitted: true });
         const b = node.buckets.peek(KEY)!.buckets[0]!;
         for (let i = 0; i < 200; i++) {
           node.endRound();
           clock.advance(25);
         }
         // Faded (5 s on): its rate forgotten, the rest given back, off the report list.
-        expect([b.rate, b.credit, b.released]).to.deep.equal([0, kept, STANDING - kept]);
+        expect([b.rate, b.credit, b.released]).to.deep.equal([0, kept, STANDING - 1 - kept]);
         expect(node.endRound().flatMap((x) => x.reports)).to.deep.equal([]);
         const back = node.acquire(KEY, limits);
         expect(link.requests).to.have.length(kept > 0 ? 1 : 2);
@@ -869,7 +871,7 @@ describe('lease node: the decision path', () => {
       expect(next[0]).to.equal(2 * STANDING);
     });
 
-    it("does not fade while it holds credit granted ahead: rolled in at the rollover, given back to that window's owner but one", () => {
+    it("does not fade while it holds credit granted ahead: rolled in at the rollover, given back to that window's owner", () => {
       const clock = new FakeClock(1_800_000_000_000);
       const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 1, 1)));
       const node = makeNode(link, clock);
@@ -886,7 +888,7 @@ describe('lease node: the decision path', () => {
         for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY && r.windowId === first + 1) released.push(r.released);
       }
       expect(b.windowId).to.equal(first + 1);
-      expect(released.at(-1)).to.equal(2 * STANDING - 1);
+      expect(released.at(-1)).to.equal(2 * STANDING);
     });
 
     it('is forgotten once its demand has faded: a later unreliable spell does not hedge it', async () => {

@@ -1,0 +1,84 @@
+import { expect } from 'chai';
+import { MemoryBus } from '../../bus/memory.js';
+import { FakeClock } from '../../lib/clock.js';
+import { FoldOwner } from '../../lib/fold-owner.js';
+import { LeaseNode } from '../../lib/lease-node.js';
+import { PLENTIFUL } from '../../lib/lease-node/demand.js';
+import { compilePolicy } from '../../lib/policy.js';
+import { shardOf } from '../../lib/protocol/messages.js';
+import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
+import { nodeConfig, ownerConfig } from '../support/protocol.js';
+
+/*
+ * Under a plentiful plan a bucket whose demand fades keeps one credit for a caller back in the same
+ * window (`NodeDemand.shed`). That credit must never cost a caller under the limit elsewhere: its
+ * owner hears the demand is gone and recalls it when the window runs short.
+ */
+
+const SHARDS = 4;
+const ROUND = 25;
+const KEY = 'v1:KEPTCREDITKEPTCREDITKE';
+const FLEET = ['A', 'B', 'C'];
+
+/** Three nodes on the memory bus, C owning every shard, one 60 s window of `limit`, 1 s into it. */
+function fleet(limit: number) {
+  const limits = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'minute', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
+  const clock = new FakeClock(1_800_000_000_000);
+  const off = phaseOffset(KEY, 60_000);
+  clock.set(windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off) + 1000);
+  const bus = new MemoryBus({ shards: SHARDS, roundMs: ROUND, clock });
+  const nodes = new Map<string, LeaseNode>();
+  for (const id of FLEET) {
+    const ident = { nodeId: id, nodeEpoch: `${id}-1` };
+    const link = bus.connectNode(ident, (m) => nodes.get(id)!.onMessage(m));
+    nodes.set(id, new LeaseNode(nodeConfig({ ...ident, shards: SHARDS, demandRounds: 3 }), clock, link));
+  }
+  const owner = new FoldOwner(ownerConfig(clock, bus.fleetView({ nodeId: 'C', nodeEpoch: 'C-1' }), { shardOf: (k, w) => shardOf(k, w, SHARDS), demandRounds: 3 }));
+  bus.serveOwner({ nodeId: 'C', nodeEpoch: 'C-1' }, owner);
+  const round = (): void => {
+    for (const n of nodes.values()) n.endRound();
+    clock.advance(ROUND);
+  };
+  const node = (id: string): LeaseNode => nodes.get(id)!;
+  return { limits, clock, round, node };
+}
+
+describe('credit a faded bucket keeps under a plentiful plan', () => {
+  // Standing budgets of 1, 2 and 3 requests over 3 nodes.
+  for (const budget of [1, 2, 3]) {
+    const limit = PLENTIFUL * 3 * budget;
+    it(`a plan of ${limit}: A and B keep a credit each after a pause; C, using the rest of the window, is refused nothing`, async () => {
+      const { limits, clock, round, node } = fleet(limit);
+      let admitted = 0;
+      let denied = 0;
+      const request = async (id: string): Promise<void> => {
+        if ((await node(id).acquire(KEY, limits)).admitted) admitted++;
+        else denied++;
+      };
+      for (let i = 0; i < 4; i++) {
+        await request('A');
+        await request('B');
+        for (let r = 0; r < 4; r++) round();
+      }
+      for (let r = 0; r < 200; r++) round(); // 5 s without a request: both fade
+      const [a, b] = ['A', 'B'].map((id) => node(id).buckets.peek(KEY)!.buckets[0]!);
+      expect([a!.rate, a!.credit, b!.rate, b!.credit]).to.deep.equal([0, 1, 0, 1]);
+      // C takes everything else, 20 a round, until the window's last second.
+      while (clock.now() < a!.windowEnd - 1000) {
+        for (let j = 0; j < 20 && admitted + denied < limit; j++) await request('C');
+        round();
+      }
+      expect({ admitted, denied }).to.deep.equal({ admitted: limit, denied: 0 });
+      expect([a!.credit, b!.credit]).to.deep.equal([0, 0]); // recalled for C
+    });
+  }
+
+  it('a key seen once in its window keeps nothing: it fades evictable, with nothing to give back', async () => {
+    const { limits, clock, round, node } = fleet(PLENTIFUL * 3 * 3);
+    expect((await node('A').acquire(KEY, limits)).admitted).to.equal(true);
+    for (let r = 0; r < 200; r++) round();
+    const s = node('A').buckets.peek(KEY)!;
+    expect([s.buckets[0]!.rate, s.buckets[0]!.credit]).to.deep.equal([0, 0]);
+    expect(s.evictable(clock.now())).to.equal(true);
+  });
+});
