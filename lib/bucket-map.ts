@@ -231,4 +231,13 @@ export class BucketMap {
   get mayTake(): boolean {
     return this.taken.size < this.maxBuckets;
   }
+
+  /**
+   * Whether the map is at most three quarters full: far enough from its cap that a bucket holding
+   * credit for a caller who may come back is unlikely to be evicted for room (an eviction that costs
+   * a report giving that credit back).
+   */
+  get roomy(): boolean {
+    return this.bucketCount * 4 <= this.maxBuckets * 3;
+  }
 }

@@ -25,7 +25,7 @@ const FLEET = ['A', 'B', 'C'];
  * `hedged`: A's and B's asks count as missing their deadline (a busy host), so their buckets hedge
  * (`NodeDemand.demandOf`) and fade holding more than the one credit kept.
  */
-function fleet(limit: number, hedged = false) {
+function fleet(limit: number, hedged = false, maxBuckets = 1000) {
   const limits = compilePolicy({ version: 1, plans: { p: { windows: [{ name: 'minute', windowMs: 60_000, limit }] } }, defaultPlan: 'p', anonymousPlan: 'p' }).limitsFor(KEY, 't');
   const clock = new FakeClock(1_800_000_000_000);
   const off = phaseOffset(KEY, 60_000);
@@ -35,7 +35,7 @@ function fleet(limit: number, hedged = false) {
   for (const id of FLEET) {
     const ident = { nodeId: id, nodeEpoch: `${id}-1` };
     const link = bus.connectNode(ident, (m) => nodes.get(id)!.onMessage(m));
-    nodes.set(id, new LeaseNode(nodeConfig({ ...ident, shards: SHARDS, demandRounds: 3 }), clock, link));
+    nodes.set(id, new LeaseNode(nodeConfig({ ...ident, shards: SHARDS, demandRounds: 3, maxBuckets }), clock, link));
   }
   const owner = new FoldOwner(ownerConfig(clock, bus.fleetView({ nodeId: 'C', nodeEpoch: 'C-1' }), { shardOf: (k, w) => shardOf(k, w, SHARDS), demandRounds: 3 }));
   bus.serveOwner({ nodeId: 'C', nodeEpoch: 'C-1' }, owner);
@@ -87,12 +87,20 @@ describe('credit a faded bucket keeps under a plentiful plan', () => {
     });
   }
 
-  it('a key seen once in its window keeps nothing: it fades evictable, with nothing to give back', async () => {
-    const { limits, clock, round, node } = fleet(PLENTIFUL * 3 * 3);
-    expect((await node('A').acquire(KEY, limits)).admitted).to.equal(true);
-    for (let r = 0; r < 200; r++) round();
-    const s = node('A').buckets.peek(KEY)!;
-    expect([s.buckets[0]!.rate, s.buckets[0]!.credit]).to.deep.equal([0, 0]);
-    expect(s.evictable(clock.now())).to.equal(true);
+  it('a key seen once keeps a credit too, but none while the bucket map is more than three quarters full', async () => {
+    for (const [others, kept] of [
+      [0, 1],
+      [12, 0],
+    ] as const) {
+      const { limits, clock, round, node } = fleet(PLENTIFUL * 3 * 3, false, 16);
+      // Other keys fill the map: 13 of its 16 buckets, past three quarters.
+      for (let i = 0; i < others; i++) await node('A').acquire(`v1:OTHERKEY${String(i).padStart(15, '0')}`, limits);
+      expect((await node('A').acquire(KEY, limits)).admitted).to.equal(true);
+      for (let r = 0; r < 200; r++) round();
+      const s = node('A').buckets.peek(KEY)!;
+      expect([s.buckets[0]!.rate, s.buckets[0]!.credit]).to.deep.equal([0, kept]);
+      // Crowded, it fades with nothing to give back: evictable without a report.
+      expect(s.evictable(clock.now())).to.equal(kept === 0);
+    }
   });
 });
