@@ -137,8 +137,8 @@ export abstract class NodeDemand extends NodeState {
    * release in this round's report and can issue it where requests are. A standing lease keeps its
    * whole size (no more) to its window's end: what it may strand is within its plan's budget
    * already, and shedding part of it late in each window would cost a report and a top-up per key
-   * for credit nobody is short of. Under a plentiful plan a bucket that served a request here this
-   * window keeps one credit whatever its demand, to its window's end or a recall (its owner hears
+   * for credit nobody is short of. Under a plentiful plan a bucket keeps one credit whatever its
+   * demand, to its window's end or a recall (its owner hears
    * the demand is gone as it fades: `recallSpares`): a caller back after a quiet spell in the same
    * window finds it here, where it would otherwise ask an owner across the network under the hard
    * deadline (the bench's fleet member, its load pausing 50 s between runs, refused 26 of 45,000
@@ -150,7 +150,7 @@ export abstract class NodeDemand extends NodeState {
     if (b.credit <= 0) return;
     const standing = this.standing(limit, demand);
     const keep = leaseTarget(demand, standing ? Infinity : (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
-    const kept = Math.max(keep, b.seen > 0 && this.buckets.roomy && this.standingBudget(limit) >= 1 ? 1 : 0);
+    const kept = Math.max(keep, this.buckets.roomy && this.standingBudget(limit) >= 1 ? 1 : 0);
     if (b.credit > (standing ? keep : 2 * keep) && b.credit > kept) {
       b.released += b.credit - kept;
       b.dirty = true;
