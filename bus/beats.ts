@@ -12,7 +12,7 @@ const MAX_STATEMENT = 65_536;
 const HELD_BUDGET = 24_576;
 /** An upper bound on the characters of one holder, beyond its node epoch, and of one shard (13-digit times). */
 const HOLDER_CHARS = 40;
-const SHARD_CHARS = 72;
+const SHARD_CHARS = 86;
 
 /** `held` cut to the budget: its members, then as many shards as fit (none if its members do not). */
 function budgeted(held: HeldStatement): HeldStatement {
@@ -85,7 +85,7 @@ export class BeatStatements {
       else g.push(s);
     }
     // As many held parts as fit the budget (members of the rest ask, as before).
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, held: budgeted(held) };
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, reaches: true, held: budgeted(held) };
     return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
   }
 
@@ -124,5 +124,5 @@ export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): H
   const shards = new Map<number, HeldShard>();
   for (const h of st.held?.shards ?? []) shards.set(h.shard, h);
   const held = { holders: st.held?.holders ?? [], shards };
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, held };
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, reaches: st.reaches === true, held };
 }

@@ -66,9 +66,11 @@ export interface BeatStatement {
   blankets?: boolean;
   /** It counts what blankets' members may hold (`lib/owner/held.ts`): absent from an older release's. */
   holds?: boolean;
+  /** It counts a held part's reach back over running windows (`Held.reach`): absent from an older release's. */
+  reaches?: boolean;
   /**
    * Its blankets' taken held parts (`HeldStatement`): [[[node epoch, since, until?]…], [[shard, owner
-   * epoch, startsAfter, startsBy, min]…]].
+   * epoch, startsAfter, startsBy, min, reach?]…]].
    */
   held?: HeldStatement;
 }
@@ -138,6 +140,7 @@ const decodeStatement = object<BeatStatement>({
   selfGranted: list(pair(uint, uint), 100_000),
   blankets: optional(bool),
   holds: optional(bool),
+  reaches: optional(bool),
   held: optional(heldStatementRec.decode),
 });
 
@@ -182,6 +185,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
       selfGranted: b.statement.selfGranted,
       ...(b.statement.blankets ? { blankets: 1 } : {}),
       ...(b.statement.holds ? { holds: 1 } : {}),
+      ...(b.statement.reaches ? { reaches: 1 } : {}),
       ...(b.statement.held !== undefined && b.statement.held.shards.length > 0 ? { held: heldStatementRec.encode(b.statement.held) } : {}),
     },
     ...(b.left ? { left: 1 } : {}),

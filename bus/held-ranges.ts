@@ -6,7 +6,8 @@ import type { NodeIdentity } from './types.js';
 /**
  * Per shard, what the heartbeat statement of the process the ownership table names its owner, at the
  * table's owner epoch, lets process `me` take itself (`lib/owner/held.ts`): a window starting after
- * both the held part's start and `me`'s `since`, and by both its end and `me`'s `until` — in a shard
+ * both the held part's start and `me`'s `since` (or ending after its reach), and by both its end and
+ * `me`'s `until` — in a shard
  * `me` owns too, by its own statement. Nothing from a statement that does not verify or names another
  * process: a deposed
  * owner's statement no longer counts once the table has moved on, and until then what it lets a member
@@ -26,7 +27,8 @@ export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members:
     if (h === undefined || x === undefined) return;
     const after = Math.max(h.startsAfter, x.since);
     const by = Math.min(h.startsBy, x.until ?? h.startsBy);
-    if (by > after) out[s] = { after, by, min: h.min };
+    // A record listing `me` was taken (`by` is past its `since`): one reaching back, if the statement says so.
+    if (by > after) out[s] = { after, by, min: h.min, ...(h.reach === undefined ? {} : { reach: h.reach }) };
   });
   return out;
 }

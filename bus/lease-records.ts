@@ -162,15 +162,18 @@ const readHolder: Reader<Holder> = (v, p) => {
   return { nodeId: str((v as unknown[])[0], at(p, '[0]')), ...span };
 };
 const readHeld = (v: unknown, p: string): Held => {
-  if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [min, startsBy, holders]');
-  return { min: uint(v[0], at(p, '.min')), startsBy: uint(v[1], at(p, '.startsBy')), holders: list(readHolder, HOLDERS_MAX)(v[2], at(p, '.holders')) };
+  if (!Array.isArray(v) || v.length < 3) bad(p, 'must be [min, startsBy, holders, reach?]');
+  const held = { min: uint(v[0], at(p, '.min')), startsBy: uint(v[1], at(p, '.startsBy')), holders: list(readHolder, HOLDERS_MAX)(v[2], at(p, '.holders')) };
+  const reach = tail(v, 3, uint, at(p, '.reach'));
+  return reach === undefined ? held : { ...held, reach };
 };
 
-/** A blanket: its fields, then what it lets members hold (`held`: min, end and holders), if anything. */
+/** A blanket: its fields, then what it lets members hold (`held`: min, end, holders and reach), if anything. */
 export const blanketRec = {
   encode: (b: Blanket): unknown[] => {
     const out = blanketFields.encode(b);
-    if (b.held !== undefined) out.push([b.held.min, b.held.startsBy, b.held.holders.map((h) => [h.nodeId, ...spanOf(h)])]);
+    const h = b.held;
+    if (h !== undefined) out.push([h.min, h.startsBy, h.holders.map((x) => [x.nodeId, ...spanOf(x)]), ...(h.reach === undefined ? [] : [h.reach])]);
     return out;
   },
   decode: (v: unknown, p: string): Blanket => {
@@ -181,13 +184,15 @@ export const blanketRec = {
   },
 };
 
-/** An owner's statement of its blankets' held parts (`HeldStatement`): [members' spans, [shard, owner epoch, startsAfter, startsBy, min]…]. */
+/** An owner's statement of its blankets' held parts (`HeldStatement`): [members' spans, [shard, owner epoch, startsAfter, startsBy, min, reach?]…]. */
 const readHeldShard: Reader<HeldShard> = (v, p) => {
-  if (!Array.isArray(v) || v.length < 5) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min]');
-  return { shard: uint(v[0], at(p, '[0]')), ownerEpoch: posint(v[1], at(p, '[1]')), startsAfter: uint(v[2], at(p, '[2]')), startsBy: uint(v[3], at(p, '[3]')), min: uint(v[4], at(p, '[4]')) };
+  if (!Array.isArray(v) || v.length < 5) bad(p, 'must be [shard, ownerEpoch, startsAfter, startsBy, min, reach?]');
+  const h = { shard: uint(v[0], at(p, '[0]')), ownerEpoch: posint(v[1], at(p, '[1]')), startsAfter: uint(v[2], at(p, '[2]')), startsBy: uint(v[3], at(p, '[3]')), min: uint(v[4], at(p, '[4]')) };
+  const reach = tail(v, 5, uint, at(p, '[5]'));
+  return reach === undefined ? h : { ...h, reach };
 };
 export const heldStatementRec = {
-  encode: (h: HeldStatement): unknown[] => [h.holders.map(spanOf), h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min])],
+  encode: (h: HeldStatement): unknown[] => [h.holders.map(spanOf), h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min, ...(x.reach === undefined ? [] : [x.reach])])],
   decode: (v: unknown, p: string): HeldStatement => {
     if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [holders, shards]');
     const readStated: Reader<Span> = (x, q) => readSpan(x, 0, q, '[nodeEpoch, since, until?]');

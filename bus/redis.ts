@@ -164,8 +164,9 @@ export class RedisBus implements Bus {
     return {
       size: () => this.fleet.size(),
       unsettled: (shard, folded) => this.fleet.unsettled(shard, folded),
-      countsBlankets: () => this.fleet.countsBlankets(),
+      countsBlankets: () => this.fleet.counts('blankets'),
       holders: () => this.fleet.holders(),
+      countsReach: () => this.fleet.counts('reaches'),
       // L5 is for members heard through Redis. Its own node it hears in process: that node's silence was
       // this process's stall, and its self-grants reach the owner side at once: nothing to wait for.
       rejoining: (nodeId, nodeEpoch) =>

@@ -63,7 +63,7 @@ export class FoldOwner {
     this.pool = new CreditPool(cfg, this.reports.foldedRound);
     this.sizing = new GrantSizing(cfg);
     this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
-    this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats, this.blankets);
+    this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats, this.blankets, this.marks);
     this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
   }
 

@@ -55,6 +55,8 @@ export interface Heartbeat extends Omit<NodeBeat, 'contact'> {
   readonly blankets?: boolean;
   /** It counts what blankets' members may hold (`lib/owner/held.ts`); an older release does not say so. */
   readonly holds?: boolean;
+  /** It counts a held part's reach back over running windows (`Held.reach`); an older release does not say so. */
+  readonly reaches?: boolean;
   /** The taken held parts of its blankets, by shard, and its members (`HeldStatement`): what members may take by. */
   readonly held?: { readonly holders: HeldStatement['holders']; readonly shards: ReadonlyMap<number, HeldShard> };
 }

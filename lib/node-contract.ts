@@ -48,11 +48,15 @@ export interface OwnerLink {
   held?(shard: number): HeldRange | undefined;
 }
 
-/** What a node may take itself in a shard (`OwnerLink.held`): in a window starting after `after` and by `by`, of a limit at least `min`. */
+/**
+ * What a node may take itself in a shard (`OwnerLink.held`): in a window starting by `by` and after
+ * `after`, or ending after `reach` (`Held.reach`), of a limit at least `min`.
+ */
 export interface HeldRange {
   readonly after: number;
   readonly by: number;
   readonly min: number;
+  readonly reach?: number;
 }
 
 /** Settings of the node side of the protocol. */

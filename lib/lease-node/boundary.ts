@@ -81,8 +81,9 @@ export abstract class NodeBoundary extends NodeReports {
   /**
    * A first sight of a window with nothing issued, spent or granted to itself there: the node takes
    * `HELD` credit itself, with no ask, if the shard's owner lets it (`OwnerLink.held`: a blanket of
-   * the current owner epoch whose write was taken lists this process, covering the window's start,
-   * for windows of at least its limit). Every owner counts that credit committed there, taken or not.
+   * the current owner epoch whose write was taken lists this process, covering the window's start —
+   * or its end, reaching back over windows running when it was written — for windows of at least its
+   * limit). Every owner counts that credit committed there, taken or not.
    * Once per window: a bucket made again after one that took was dropped (evicted, or left out by a
    * policy change) takes none there, nor in an earlier window (`BucketMap.tookBefore`); and none while
    * the map remembers as many keys' takes as it holds buckets (`BucketMap.mayTake`).
@@ -91,7 +92,8 @@ export abstract class NodeBoundary extends NodeReports {
     if (b.issued !== 0 || b.selfIssued !== 0 || b.spent !== 0 || b.released !== 0 || b.blanketed || !this.buckets.mayTake) return;
     const h = this.link.held?.(shardOf(keyId, b.windowId, this.cfg.shards));
     const start = b.windowEnd - w.windowMs;
-    if (h === undefined || w.limit < h.min || start <= h.after || start > h.by || this.buckets.tookBefore(keyId, w.windowMs, b.windowEnd)) return;
+    if (h === undefined || w.limit < h.min || start > h.by || (start <= h.after && !(h.reach !== undefined && b.windowEnd > h.reach))) return;
+    if (this.buckets.tookBefore(keyId, w.windowMs, b.windowEnd)) return;
     b.issued = HELD;
     b.blanketed = true;
     this.stats.heldTaken++;

@@ -1,6 +1,6 @@
 import { FLOAT_PREFIX, leaseFor, type Ledger } from '../ledger-store.js';
 import type { LogEntry } from '../protocol/log.js';
-import { extended, holdIn, mergeHeld, recorded, relist, type Held, type HeldOptions, type HeldShard, type HeldStatement, type Holder } from './held.js';
+import { extended, holdIn, mergeHeld, recorded, relist, type Held, type HeldOptions, type HeldShard, type HeldStatement, type Holder, type Reached } from './held.js';
 
 export type { HeldStatement };
 
@@ -36,10 +36,7 @@ export interface Blanket {
   readonly startsAfter: number;
   readonly startsBy: number;
   readonly retired?: boolean;
-  /**
-   * Members that may take HELD credit themselves, with no ask and no grant, in the windows it covers
-   * (`Held`). Kept when the blanket is retired: what they took is on record nowhere else.
-   */
+  /** Members that take credit themselves under it (`Held`): kept when retired, on record nowhere else. */
   readonly held?: Held;
 }
 
@@ -47,14 +44,27 @@ export interface Blanket {
 interface Own {
   blanket: Blanket;
   taken: number;
-  /** The latest end of its held part taken (`Held.startsBy`). */
+  /** The latest end of its held part taken (`Held.startsBy`); whether a record with a reach was; `Reached`. */
   heldTaken: number;
+  reachTaken: boolean;
+  reached?: Reached;
   rewrite: boolean;
   /** A grant with float credit was not taken by the log: the blanket can never be retired. */
   lost: boolean;
 }
 
 const covering = (b: Blanket, start: number, by = b.startsBy): boolean => start > b.startsAfter && start <= by;
+
+/**
+ * How far back members may take in a shard by its owner's statement (`Reached.stated`): not at all
+ * while a member may not count it, before a record with a reach (`Held.reach`, never later) is taken,
+ * or while the members its latest record lists were not all counted by a back pass (one written while
+ * a member could not count a reach lists members no back pass counted in the running windows).
+ */
+function reachOf(o: Own, reaching: boolean): number | undefined {
+  const r = o.reached;
+  return reaching && o.reachTaken && r?.holders !== undefined && r.holders === o.blanket.held?.holders ? r.stated : undefined;
+}
 
 /** Two records of one blanket (a rewrite, a retirement) as one: the widest range, every member's (`mergeHeld`). */
 function merged(a: Blanket, b: Blanket): Blanket {
@@ -79,14 +89,11 @@ function widened(into: Blanket, b: Blanket): Blanket {
  * Blankets: one log write per shard about once a second that lets its owner answer the first ask of
  * any window of it with one credit from a float it never logged for that window.
  *
- * An owner answers an ask at once only from a float whose grant is on record; a window nobody asked
- * for before has none, so its first ask waited for a log write — a Redis round trip inside the fast
- * path's 1 ms deadline, which a busy host misses (the bench's fleet members refused first sights at a
- * limit of 10⁹). A blanket states: every window of this shard that starts within its range may have
- * one credit issued to this owner's float (lease `FLOAT_PREFIX` + holder epoch, number = owner
- * epoch), as if a grant of 1 to that float were on record. So the owner may make such a float of 1
- * in a window with none (`Floats.cover`), usable at once, and answer the window's first ask from it;
- * the answer's own grant (`floated` 1) is logged after it, as with any float.
+ * A window nobody asked for has no float, so its first ask waited for a log write (a Redis round
+ * trip inside the fast path's 1 ms deadline). A blanket states: every window of this shard starting
+ * within its range may have one credit issued to this owner's float (lease `FLOAT_PREFIX` + holder
+ * epoch, number = owner epoch), as if its grant of 1 were on record. So the owner may make such a
+ * float in a window with none (`Floats.cover`) and answer the first ask from it, logging after.
  *
  * A later owner replaying the log counts the credit in every window the blanket covers (`inherit`),
  * whether or not the writer made the float there: it may have, and the grant that says so may be
@@ -105,8 +112,9 @@ export class Blankets {
   private roster: readonly Holder[] = [];
   /** Earlier owners' (and this process's under earlier epochs), by shard: replayed, counted in every covered window. */
   private readonly inherited = new Map<number, Blanket[]>();
-  /** Whether every member counts blankets (`FleetView.countsBlankets`), as of the last `due`. */
+  /** Whether every member counts blankets (`FleetView.countsBlankets`), and a reach (`countsReach`), as of the last `due`. */
   private allowed = false;
+  private reaching = false;
   /** This owner's own blankets of an earlier epoch, counted as written: not all of them may be on record. */
   private readonly unlogged = new WeakSet<Blanket>();
   /** A log is being replayed: ledgers made meanwhile count blankets after it (`replayLog`), as one may be retired. */
@@ -127,6 +135,7 @@ export class Blankets {
     held?: HeldOptions,
   ): Blanket[] {
     this.allowed = allowed;
+    this.reaching = held?.reachFrom !== undefined;
     if (!allowed) return [];
     const out: Blanket[] = [];
     const at = Math.floor(now);
@@ -144,10 +153,11 @@ export class Blankets {
       if (o !== undefined && o.blanket.ownerEpoch !== epoch && o.blanket.held !== undefined) this.keep({ ...o.blanket, retired: true }, now, false);
       if (o?.blanket.ownerEpoch !== epoch) {
         const first = { shard, nodeId: holder.nodeId, nodeEpoch: holder.nodeEpoch, ownerEpoch: epoch, startsAfter: at, startsBy: at };
-        this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, heldTaken: Number.NEGATIVE_INFINITY, rewrite: true, lost: false }));
+        this.own.set(shard, (o = { blanket: first, taken: Number.NEGATIVE_INFINITY, heldTaken: Number.NEGATIVE_INFINITY, reachTaken: false, rewrite: true, lost: false }));
       } else if (!o.rewrite && o.blanket.startsBy - at > BLANKET_SPAN_MS / 2) continue;
       const by = Math.max(o.blanket.startsBy, at + BLANKET_SPAN_MS);
-      o.blanket = held === undefined || (this.roster.length === 0 && o.blanket.held === undefined) ? { ...o.blanket, startsBy: by } : extended(o.blanket, by, held, this.roster);
+      if (held === undefined || (this.roster.length === 0 && o.blanket.held === undefined)) o.blanket = { ...o.blanket, startsBy: by };
+      else ({ blanket: o.blanket, reached: o.reached } = extended(o.blanket, by, held, this.roster, o.reached));
       o.rewrite = false;
       out.push(o.blanket);
     }
@@ -155,9 +165,8 @@ export class Blankets {
   }
 
   /**
-   * A blanket's log write came back: taken (not refused by the fence), the windows it covers may use
-   * it; not (refused, or failed), the next round writes the shard's blanket again. What was written
-   * stays the shard's blanket either way: the write may have landed, and a checkpoint must carry it.
+   * A blanket's log write came back: taken (not refused by the fence), the windows it covers may use it;
+   * not, it is written again next round — and stays the shard's blanket: the write may have landed.
    */
   logged(b: Blanket, taken: boolean): void {
     const o = this.own.get(b.shard);
@@ -165,6 +174,8 @@ export class Blankets {
     if (taken) {
       o.taken = Math.max(o.taken, b.startsBy);
       o.heldTaken = Math.max(o.heldTaken, b.held?.startsBy ?? o.heldTaken);
+      // Every later record has it too: each member the statement lists is in one taken with it.
+      if (b.held?.reach !== undefined) o.reachTaken = true;
     } else o.rewrite = true;
   }
 
@@ -191,7 +202,9 @@ export class Blankets {
     for (const [shard, o] of this.own) {
       const h = o.blanket.held;
       const startsBy = Math.min(o.heldTaken, h?.startsBy ?? o.heldTaken);
-      if (h !== undefined && startsBy > o.blanket.startsAfter && serving(shard)) shards.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min });
+      if (h === undefined || startsBy <= o.blanket.startsAfter || !serving(shard)) continue;
+      const reach = reachOf(o, this.reaching);
+      shards.push({ shard, ownerEpoch: o.blanket.ownerEpoch, startsAfter: o.blanket.startsAfter, startsBy, min: h.min, ...(reach === undefined ? {} : { reach }) });
     }
     // Only those listed now: leaving one out narrows what it may take, and ended ones would pile up.
     return { holders: shards.length === 0 ? [] : this.roster.filter((h) => h.until === undefined), shards };
@@ -203,7 +216,8 @@ export class Blankets {
    */
   recordsHeld(l: Ledger, nodeEpoch: string): boolean {
     const o = this.own.get(l.shard);
-    if (o !== undefined && recorded(l, o.blanket, nodeEpoch, o.heldTaken)) return true;
+    const h = o?.blanket.held;
+    if (o !== undefined && h !== undefined && recorded(l, { ...o.blanket, held: { ...h, reach: reachOf(o, this.reaching) } }, nodeEpoch, o.heldTaken)) return true;
     return (this.inherited.get(l.shard) ?? []).some((b) => !this.unlogged.has(b) && recorded(l, b, nodeEpoch, b.startsBy));
   }
 
@@ -219,10 +233,7 @@ export class Blankets {
     return o === undefined || o.lost ? undefined : { ...o.blanket, retired: true };
   }
 
-  /**
-   * A replayed blanket (an earlier owner's): counted from now on in every window of its shard it
-   * covers — its float's credit until it is retired, its members' for good.
-   */
+  /** A replayed blanket (an earlier owner's): counted from now on where it covers — its float's credit until retired, its members' for good. */
   replay(b: Blanket, now: number): void {
     this.keep(b, now);
   }
@@ -265,9 +276,9 @@ export class Blankets {
     if (stated) delete l.heldBy;
     const start = l.windowEnd - l.windowMs;
     for (const b of this.inherited.get(l.shard) ?? []) {
-      if (!covering(b, start)) continue;
+      // Its members' range may reach back past the float's (`Held.reach`).
       holdIn(l, b, start);
-      if (b.retired === true) continue;
+      if (!covering(b, start) || b.retired === true) continue;
       const lease = leaseFor(l, b.nodeId, FLOAT_PREFIX + b.nodeEpoch, b.ownerEpoch);
       if (lease.issued < 1) lease.issued = 1;
     }

@@ -26,6 +26,11 @@ export interface FleetView {
    * member states that it counts what blankets' members may hold. Absent or empty: none.
    */
   holders?(): readonly { readonly nodeId: string; readonly nodeEpoch: string }[];
+  /**
+   * Whether every member states that it counts a held part's reach back over running windows
+   * (`Held.reach`) when it replays a shard's log: until then none is written. Absent: no.
+   */
+  countsReach?(): boolean;
 }
 
 /** Settings of the owner side of the protocol. */

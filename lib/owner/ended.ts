@@ -41,6 +41,13 @@ export class EndedMarks {
     if (mark === undefined || windowEnd > mark) marks.set(windowMs, windowEnd);
   }
 
+  /** The latest end of `shard`'s marks and unmarked horizon: no window ending after it was dropped. */
+  latest(shard: number): number {
+    let end = this.unmarked.get(shard) ?? Number.NEGATIVE_INFINITY;
+    for (const mark of this.byShard.get(shard)?.values() ?? []) end = Math.max(end, mark);
+    return end;
+  }
+
   /** The mark of windows of length `windowMs` in `shard`, if any. */
   of(shard: number, windowMs: number): number | undefined {
     return this.byShard.get(shard)?.get(windowMs);

@@ -3,6 +3,7 @@ import type { Grant } from '../protocol/messages.js';
 import type { Blanket, Blankets } from './blankets.js';
 import { HELD_MIN_ALLOWANCE } from './held.js';
 import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
+import type { EndedMarks } from './ended.js';
 import type { Issuer } from './issuer.js';
 import { directOf } from './ledger-sums.js';
 import type { CreditPool } from './pool.js';
@@ -33,6 +34,7 @@ export class Floats {
     private readonly issuer: Issuer,
     private readonly stats: FoldOwnerStats,
     private readonly blankets: Blankets,
+    private readonly marks: EndedMarks,
   ) {}
 
   /** Whether floats are on: `refillFloats` was called once. */
@@ -137,7 +139,8 @@ export class Floats {
       members,
       min: this.cfg.heldMinAllowance ?? HELD_MIN_ALLOWANCE,
       inShard: (shard: number) => this.ledgers.inShard(shard),
-      room: (l: Ledger) => this.pool.available(l, { includeReserve: true }),
+      room: (l: Ledger) => this.pool.available(l, { includeReserve: true, signed: true }),
+      ...(this.cfg.fleet.countsReach?.() === true ? { reachFrom: (shard: number) => Math.max(Math.floor(this.cfg.clock.now()), this.marks.latest(shard)) } : {}),
     };
     return this.blankets.due(holder, serving, shards, this.cfg.ownerEpoch, this.cfg.clock.now(), this.cfg.fleet.countsBlankets?.() === true, held);
   }

@@ -14,12 +14,15 @@ export const HOLDERS_MAX = 1_024;
 /**
  * What a blanket lets members hold: `HELD` credit each member takes itself in the windows of the
  * blanket that start by `startsBy` (never after the blanket's own) and whose allowance is at least
- * `min` (fixed for the blanket's life: a member may read any of its records).
+ * `min` (fixed for the blanket's life: a member may read any of its records). With `reach`, also in
+ * windows that started before the blanket's range or the member's `since`, by `startsBy`, and end
+ * after `reach` (`extended`): windows running when it was first written.
  */
 export interface Held {
   readonly min: number;
   readonly startsBy: number;
   readonly holders: readonly Holder[];
+  readonly reach?: number;
 }
 
 /**
@@ -40,6 +43,8 @@ export interface HeldShard {
   readonly startsAfter: number;
   readonly startsBy: number;
   readonly min: number;
+  /** Windows ending after it are held in, whenever they started (`Reached.stated`). */
+  readonly reach?: number;
 }
 
 /**
@@ -60,8 +65,17 @@ export interface HeldOptions {
   readonly min: number;
   /** A shard's ledgers: those a blanket's new part covers count its members' credit before it is written. */
   readonly inShard: (shard: number) => Iterable<Ledger>;
-  /** What a ledger can still commit: its pool, the reserve included (what is held back for unsettled nodes is not). */
+  /**
+   * What a ledger can still commit: its pool, the reserve included (what is held back for unsettled
+   * nodes is not); below 0 by what it counts committed past that.
+   */
   readonly room: (l: Ledger) => number;
+  /**
+   * The earliest window end a held part of `shard` may reach back to (`Held.reach`): no earlier than
+   * now, nor than the shard's ended marks (a window whose ledger was dropped is ended for good). None
+   * while a member may not count such a reach (an older release would not).
+   */
+  readonly reachFrom?: (shard: number) => number;
 }
 
 /*
@@ -72,8 +86,14 @@ export interface HeldOptions {
  * written (before the write goes out, so before any member can take it), a later owner from the log.
  */
 
-/** Whether `h`, listed in `b`, may hold credit in a window starting at `start`, the held part's end taken as `by`. */
-const holds = (b: Blanket, h: Holder, start: number, by: number): boolean => start > b.startsAfter && start > h.since && start <= Math.min(h.until ?? by, by);
+/**
+ * Whether `h`, listed in `b`, may hold credit in a window from `start` to `end`, the held part's end
+ * taken as `by`: one starting after both the blanket's start and `since`, or ending after its reach.
+ */
+function holds(b: Blanket, h: Holder, start: number, end: number, by: number): boolean {
+  const reach = b.held?.reach;
+  return start <= Math.min(h.until ?? by, by) && ((start > b.startsAfter && start > h.since) || (reach !== undefined && end > reach));
+}
 
 /** Each list of holders' node epochs, for ledgers every one of them holds credit in: one array for all of them. */
 const everyone = new WeakMap<readonly Holder[], string[]>();
@@ -86,14 +106,14 @@ const everyone = new WeakMap<readonly Holder[], string[]>();
 export function holdIn(l: Ledger, b: Blanket, start: number): void {
   const h = b.held;
   if (h === undefined || (l.allowance < h.min && l.unstated !== true)) return;
-  if (l.heldBy === undefined && h.holders.length > 0 && h.holders.every((x) => holds(b, x, start, h.startsBy))) {
+  if (l.heldBy === undefined && h.holders.length > 0 && h.holders.every((x) => holds(b, x, start, l.windowEnd, h.startsBy))) {
     let all = everyone.get(h.holders);
     if (all === undefined) everyone.set(h.holders, (all = [...new Set(h.holders.map((x) => x.nodeEpoch))]));
     l.heldBy = all;
     return;
   }
   for (const x of h.holders) {
-    if (!holds(b, x, start, h.startsBy) || l.heldBy?.includes(x.nodeEpoch) === true) continue;
+    if (!holds(b, x, start, l.windowEnd, h.startsBy) || l.heldBy?.includes(x.nodeEpoch) === true) continue;
     // Copied, never changed in place: the array may be shared.
     l.heldBy = l.heldBy === undefined ? [x.nodeEpoch] : [...l.heldBy, x.nodeEpoch];
   }
@@ -106,7 +126,9 @@ export function holdIn(l: Ledger, b: Blanket, start: number): void {
 export function recorded(l: Ledger, b: Blanket, nodeEpoch: string, taken: number): boolean {
   const h = b.held;
   const start = l.windowEnd - l.windowMs;
-  return h !== undefined && l.allowance >= h.min && h.holders.some((x) => x.nodeEpoch === nodeEpoch && holds(b, x, start, Math.min(taken, h.startsBy)));
+  const by = Math.min(taken, h?.startsBy ?? taken);
+  // Listed in a record taken: one ending past its `since` (`lib/owner/blankets.ts` `statement`).
+  return h !== undefined && l.allowance >= h.min && h.holders.some((x) => x.nodeEpoch === nodeEpoch && by > x.since && holds(b, x, start, l.windowEnd, by));
 }
 
 /**
@@ -137,30 +159,76 @@ export function relist(list: readonly Holder[], members: HeldOptions['members'],
 }
 
 /**
+ * How far back members may take in a shard (`HeldShard.reach`), and the members the back pass of
+ * `extended` last counted in the shard's running windows (`Blankets` keeps one per shard it writes):
+ * none while a window it would reach over has no allowance stated yet — nothing is stated until then.
+ */
+export interface Reached {
+  readonly stated: number;
+  readonly holders?: readonly Holder[];
+}
+
+/**
  * `b` rewritten to cover windows starting by `by`, listing `holders` (`relist`, from at least its held
  * part's end): every ledger of its shard the held part's new range covers counts what the members may
  * hold there first (`holdIn`), and that range ends before the first such window with no room for it
  * (its credit is committed already; the blanket's own range goes on). What was written stays as it was.
+ *
+ * With `reachFrom`, the held part also reaches back over windows ending after its reach, whenever they
+ * started: those running now (a new fleet's first minute, a member's first window after it is listed,
+ * a shard's first under a new owner). Two reaches: the record's (`Held.reach`), what every owner counts
+ * by — ledgers made later, a checkpoint, a later owner — set at its first write and never raised nor
+ * dropped; and the stated one (`Reached.stated`), what members take by, never lowered: past the ended
+ * marks and now (a window ending by then may have had its ledger dropped with the allowance spent, and
+ * a member whose clock runs behind could see it as running), and past any running window with no room
+ * for the members' credit: counted already or not (a later owner counts by the record's reach, room
+ * or not), the room left must hold them. Members listed since the last back pass count in every
+ * running window past the stated reach before the write goes out; a window made later counts them
+ * when made, by the record's reach. A window a replay made from grants alone, its allowance not stated
+ * yet (it may be spent almost to it), holds the back pass back until a node states it.
  */
-export function extended(b: Blanket, by: number, held: HeldOptions, holders: readonly Holder[]): Blanket {
+export function extended(b: Blanket, by: number, held: HeldOptions, holders: readonly Holder[], reached?: Reached): { blanket: Blanket; reached?: Reached } {
   const from = b.held?.startsBy ?? b.startsBy;
   const min = b.held?.min ?? held.min;
-  const next = { ...b, startsBy: by, held: { min, startsBy: by, holders } };
+  const floor = held.reachFrom?.(b.shard);
+  const reach = b.held?.reach ?? floor;
+  let stated = floor === undefined ? reached?.stated : Math.max(floor, reached?.stated ?? floor);
+  const back = floor !== undefined && reached?.holders !== holders;
+  // As members may take by it from now on (no reach while one may not count it).
+  const part = (startsBy: number, r = floor === undefined ? undefined : stated): Blanket => ({ ...b, startsBy: by, held: { min, startsBy, holders, ...(r === undefined ? {} : { reach: r }) } });
   let end = by;
+  let unstated = false;
   for (const l of held.inShard(b.shard)) {
     const start = l.windowEnd - l.windowMs;
-    // A window whose allowance is not stated yet issues nothing before it is: counted, no room needed.
-    if (start <= from || start > end || l.allowance < min || l.unstated === true) continue;
+    const ahead = start > from && start <= end;
+    const behind = back && l.windowEnd > stated! && start <= end;
+    if ((!ahead && !behind) || (l.allowance < min && l.unstated !== true)) continue;
+    const next = part(end);
     let adding = 0;
-    for (const h of holders) if (holds(next, h, start, end) && l.heldBy?.includes(h.nodeEpoch) !== true) adding += HELD;
-    if (adding > held.room(l)) end = start - 1;
+    let holding = false;
+    for (const h of holders) {
+      if (!holds(next, h, start, l.windowEnd, end)) continue;
+      holding = true;
+      if (l.heldBy?.includes(h.nodeEpoch) !== true) adding += HELD;
+    }
+    // A window whose allowance is not stated yet issues nothing before it is: counted ahead, no room
+    // needed (as before any reach).
+    if (l.unstated === true) {
+      unstated ||= holding && !ahead;
+      continue;
+    }
+    if (adding <= held.room(l)) continue;
+    if (behind) stated = l.windowEnd;
+    if (ahead) end = start - 1;
   }
-  const out = end === by ? next : { ...next, held: { min, startsBy: end, holders } };
+  const counted = part(end);
   for (const l of held.inShard(b.shard)) {
     const start = l.windowEnd - l.windowMs;
-    if (start > from) holdIn(l, out, start);
+    if (start > from || (back && l.windowEnd > stated!)) holdIn(l, counted, start);
   }
-  return out;
+  const blanket = part(end, reach);
+  if (stated === undefined) return { blanket };
+  return { blanket, reached: back && unstated ? { stated } : { stated, holders: back ? holders : reached!.holders } };
 }
 
 /** The members two records of one blanket list (a rewrite, a retirement), as one list: each one's widest range. */
@@ -175,5 +243,6 @@ export function mergeHeld(a: Blanket['held'], b: Blanket['held']): Blanket['held
     if (x === undefined) holders.push(h);
     else holders[i] = h.until === undefined ? h : { ...x, until: Math.max(x.until!, h.until) };
   }
-  return { min: Math.min(a.min, b.min), startsBy: Math.max(a.startsBy, b.startsBy), holders };
+  const reach = a.reach === undefined ? b.reach : b.reach === undefined ? a.reach : Math.min(a.reach, b.reach);
+  return { min: Math.min(a.min, b.min), startsBy: Math.max(a.startsBy, b.startsBy), holders, ...(reach === undefined ? {} : { reach }) };
 }

@@ -21,7 +21,7 @@ export class CreditPool {
    * self-grant. A lease alone says nothing: a node that asked ahead and was given nothing, or whose
    * grant never arrived (Redis frozen), rolls into the window empty-handed and grants itself.
    */
-  available(l: Ledger, { includeReserve = false }: { readonly includeReserve?: boolean } = {}): number {
+  available(l: Ledger, { includeReserve = false, signed = false }: { readonly includeReserve?: boolean; readonly signed?: boolean } = {}): number {
     const fleet = Math.max(1, this.cfg.fleet.size());
     let holdback = 0;
     for (const node of this.cfg.fleet.unsettled(l.shard, this.foldedRound)) {
@@ -31,7 +31,8 @@ export class CreditPool {
     // window's last two rounds it is released to anyone, since no later fast path is left to keep it for.
     if (committed(l) > l.allowance - this.reserveOf(l) || l.windowEnd - this.cfg.clock.now() <= 2 * this.cfg.roundMs) l.reserveReleased = true;
     const reserve = includeReserve || l.reserveReleased ? 0 : this.reserveOf(l);
-    return Math.max(0, l.allowance - reserve - committed(l) - holdback);
+    const left = l.allowance - reserve - committed(l) - holdback;
+    return signed ? left : Math.max(0, left);
   }
 
   /** The reserve R of a ledger: its share of the allowance kept for fast-path asks. */

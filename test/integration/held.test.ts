@@ -54,6 +54,34 @@ describe('Members’ credit under blankets over real Redis: a first sight with n
     expect(a.owner.committed(keyId, 1000, windowId)).to.equal(a.owner.issued(keyId, 1000, windowId) + 1);
   });
 
+  it('a new fleet’s member takes its credit at first sight of a 60 s window that started before the fleet, by the held part’s reach', async () => {
+    const a = ctx.join('a');
+    const b = ctx.join('b');
+    await Promise.all([a.bus.ready(), b.bus.ready()]);
+    let keyId = '';
+    await until(
+      () => {
+        for (let i = 0; i < 2000 && keyId === ''; i++) {
+          const k = `v1:${`reach${i}`.padStart(22, 'h')}`;
+          const { shard } = placeOf(k, 60_000);
+          const range = heldFor(b, shard);
+          const end = Date.now() + windowLeftMs(k, 60_000);
+          if (a.bus.owners()[shard]?.owner === a.nodeId && range?.reach !== undefined && end - 60_000 <= range.after && end > range.reach + 1000) keyId = k;
+        }
+        return keyId !== '';
+      },
+      'a running 60 s window the asker may take credit in by the reach',
+      15_000,
+    );
+    const { windowId } = placeOf(keyId, 60_000);
+    const asks = b.node.stats.fastPath;
+    expect(b.node.acquire(keyId, limits(1e9, 60_000)), 'at once').to.deep.equal({ admitted: true });
+    expect(b.node.stats.fastPath, 'no ask').to.equal(asks);
+    expect(b.node.stats.heldTaken).to.equal(1);
+    await until(() => a.owner.spent(keyId, 60_000, windowId) === 1, 'b’s report folded by a');
+    expect(a.owner.committed(keyId, 60_000, windowId)).to.equal(a.owner.issued(keyId, 60_000, windowId) + 1);
+  });
+
   it('a member takes nothing in a window of a plan below the least allowance: it asks', async () => {
     const a = ctx.join('a');
     const b = ctx.join('b');

@@ -45,6 +45,11 @@ export class FixedFleet implements FleetView {
   holders(): readonly { nodeId: string; nodeEpoch: string }[] {
     return this.holding;
   }
+  /** Whether every member counts a held part's reach back: no unless a test says so. */
+  reachCounted = false;
+  countsReach(): boolean {
+    return this.reachCounted;
+  }
 }
 
 /** Owner settings with the spec's defaults, for tests. */

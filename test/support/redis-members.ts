@@ -75,7 +75,9 @@ export function joinRedisFleet(url: string | string[], prefix: string, nodeId: s
 
 /** `m` as if a member of an older release were in its fleet: its owner side writes and uses no blankets. */
 export function withoutBlankets(m: Member): Member {
-  (m.bus as unknown as { fleet: { countsBlankets: () => boolean } }).fleet.countsBlankets = () => false;
+  const fleet = (m.bus as unknown as { fleet: { counts: (what: string) => boolean } }).fleet;
+  const counts = fleet.counts.bind(fleet);
+  fleet.counts = (what) => what !== 'blankets' && counts(what);
   return m;
 }
 

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
+import type { HeldRange } from '../../lib/node-contract.js';
 import { compilePolicy, type ResolvedLimits } from '../../lib/policy.js';
 import { shardOf } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
@@ -24,9 +25,9 @@ const big = limits([{ windowMs: W, limit: 100_000 }]);
 
 /** A link whose owners answer nothing and let this node take credit in windows starting in (after, by]. */
 class HoldingLink extends RecordingLink {
-  range: { after: number; by: number; min: number } | undefined = { after: 0, by: Number.MAX_SAFE_INTEGER, min: MIN };
+  range: HeldRange | undefined = { after: 0, by: Number.MAX_SAFE_INTEGER, min: MIN };
   readonly asked: number[] = [];
-  held(shard: number): { after: number; by: number; min: number } | undefined {
+  held(shard: number): HeldRange | undefined {
     this.asked.push(shard);
     return this.range;
   }
@@ -67,6 +68,24 @@ describe('lease node: credit taken under a blanket', () => {
       expect((node.acquire(KEY, big) as Denied).admitted, JSON.stringify(range)).to.equal(false);
       expect(node.stats.heldTaken).to.equal(0);
     }
+  });
+
+  it('takes one in a window that started before the range if it ends after the reach, and none if it ends by it', () => {
+    const now = 1_700_000_000_000;
+    const after = startAt(now);
+    for (const [reach, took] of [
+      [after + W - 1, 1],
+      [after + W, 0],
+    ] as const) {
+      const { node, link } = setup();
+      link.range = { after, by: Number.MAX_SAFE_INTEGER, min: MIN, reach };
+      expect((node.acquire(KEY, big) as Denied).admitted !== false, `reach ${reach - after}`).to.equal(took === 1);
+      expect(node.stats.heldTaken).to.equal(took);
+    }
+    // Never past the range's end, whatever it reaches back to.
+    const { node, link } = setup();
+    link.range = { after: 0, by: after - 1, min: MIN, reach: 0 };
+    expect((node.acquire(KEY, big) as Denied).admitted).to.equal(false);
   });
 
   it('takes one in each window of a key, and in each new window again', () => {

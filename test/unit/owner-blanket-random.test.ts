@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { FLOAT_PREFIX, FoldOwner } from '../../lib/fold-owner.js';
 import { HELD } from '../../lib/ledger-store.js';
-import type { Blanket } from '../../lib/owner/blankets.js';
+import type { Blanket, HeldStatement } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
 import { shardOf, type Grant, type OwnerMessage, type ReportBatch } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs } from '../../lib/window.js';
@@ -25,9 +25,13 @@ import { FixedFleet, ownerConfig } from '../support/protocol.js';
 const KEY = 'v1:BLANKETRANDOMBLANKET1';
 const W = 60_000;
 const SHARDS = 8;
-/** The window: W long (no run reaches its end), starting after a run's first owner took the shard. */
+/**
+ * The window: W long (no run reaches its end), starting after a run's first owner took the shard — or,
+ * in every third run, before it did (members take there by a held part's reach, `Held.reach`).
+ */
 const WID = Math.floor((5_000_000_123 - phaseOffset(KEY, W)) / W) + 1;
 const START = windowEndMs(WID, W, phaseOffset(KEY, W)) - W;
+const END = START + W;
 const SHARD = shardOf(KEY, WID, SHARDS);
 const NODES = ['n0', 'n1', 'n2', 'n3'];
 const FIRST_EPOCH = 7;
@@ -68,21 +72,30 @@ interface Seen {
   settled: number;
   /** Credit nodes took themselves under blankets. */
   heldTaken: number;
+  /** Of it, in a window that started before the held part's range or the member's listing. */
+  reachTaken: number;
 }
 
 function newOwner(clock: FakeClock, epoch: number, holding: readonly string[]): FoldOwner {
   const fleet = new FixedFleet(NODES.length + 1);
   fleet.holding = holding.map((nodeId) => ({ nodeId, nodeEpoch: `${nodeId}-e1` }));
+  fleet.reachCounted = true;
   return new FoldOwner(ownerConfig(clock, fleet, { reserveRatio: 0, floatHolder: { nodeId: `h${epoch}`, nodeEpoch: `h${epoch}-e1` }, ownerEpoch: () => epoch, heldMinAllowance: 12 }));
 }
 
-/** Whether a blanket lets `nodeId` take credit itself in the window, of `limit`. */
-const lets = (b: Blanket, nodeId: string, limit: number): boolean =>
-  b.held !== undefined &&
-  limit >= b.held.min &&
-  START > b.startsAfter &&
-  START <= b.held.startsBy &&
-  b.held.holders.some((h) => h.nodeEpoch === `${nodeId}-e1` && START > h.since && START <= (h.until ?? b.held!.startsBy));
+/**
+ * Whether an owner's statement lets `nodeId` take credit itself in the window, of `limit`, as a node
+ * reads it (`bus/held-ranges.ts`, `NodeBoundary.takeHeld`): `by` whether it took it by the reach.
+ */
+function lets(st: HeldStatement, nodeId: string, limit: number): 'range' | 'reach' | undefined {
+  const h = st.shards.find((x) => x.shard === SHARD);
+  const me = st.holders.filter((x) => x.nodeEpoch === `${nodeId}-e1`).at(-1);
+  if (h === undefined || me === undefined || limit < h.min) return undefined;
+  const after = Math.max(h.startsAfter, me.since);
+  const by = Math.min(h.startsBy, me.until ?? h.startsBy);
+  if (by <= after || START > by) return undefined;
+  return START > after ? 'range' : h.reach !== undefined && END > h.reach ? 'reach' : undefined;
+}
 
 const entryOf = (w: Write): LogEntry => ('grant' in w ? { kind: 'grant', grant: w.grant } : { kind: 'blanket', blanket: w.blanket });
 
@@ -94,11 +107,14 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
   const limit = 5 + Math.floor(rand() * 36);
   // The first owner takes the shard up to 3 s before the window starts: its blankets cover the window
   // (once one written by the window's start is taken), and so do those of owners that follow it before.
-  const clock = new FakeClock(START - 1 - Math.floor(rand() * 3000));
+  const clock = new FakeClock(seed % 3 === 0 ? START + Math.floor(rand() * 40_000) : START - 1 - Math.floor(rand() * 3000));
   let epoch = FIRST_EPOCH;
   // Failed owners whose blanket covering the window a successor replayed: each may count one credit
   // its owner never issued there (it made no float in the window), as designed (`blankets.ts`).
   const inherited = new Set<number>();
+  // Members a record reaching back over the window lists: every owner counts their credit there by
+  // the record's reach, which a window short of room for it does not raise (its statement's does).
+  const reached = new Set<string>();
   // Live nodes that stated their counts (a report of now, or an ask) to the owner since it took over.
   const stated = new Set<Node>();
   // Nodes listed in blankets, some of them, as members that take credit themselves; the list changes
@@ -106,8 +122,10 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
   let holding = NODES.filter(() => rand() < 0.6);
   let o = newOwner(clock, epoch, holding);
   const log: LogEntry[] = [];
-  // Blanket writes taken, of any owner: a node may still use a failed owner's (it has not heard yet).
-  const takenBlankets: Blanket[] = [];
+  // Owners' statements of their held parts, of any owner: a node may still take by a failed owner's
+  // (it has not heard yet).
+  const statements: HeldStatement[] = [];
+  const hear = (): void => void statements.push(o.heldStatement(all));
   let pending: Write[] = [];
   // Every node that took part, its credit counted whether it lives on or not; those that live on.
   const nodes: Node[] = [];
@@ -172,8 +190,13 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
   };
   /** The round loop's part: blankets due, then floats topped up (the first call turns floats on). */
   const roundWrites = (): void => {
-    for (const blanket of o.blanketsDue([SHARD], all)) pending.push({ blanket });
+    for (const blanket of o.blanketsDue([SHARD], all)) {
+      pending.push({ blanket });
+      const h = blanket.held;
+      if (h?.reach !== undefined && END > h.reach) for (const x of h.holders) if (START <= Math.min(x.until ?? h.startsBy, h.startsBy)) reached.add(x.nodeEpoch);
+    }
     for (const g of o.refillFloats(all)) pending.push({ grant: g });
+    hear();
   };
 
   /** An owner's first rounds: floats turned on, its first blanket written. */
@@ -258,13 +281,15 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
         if (taken) route(o.takeOutbox());
       } else {
         o.blanketLogged(w!.blanket, taken);
-        if (taken) takenBlankets.push(w!.blanket);
+        if (taken) hear();
       }
     } else if (r < 0.8) {
       // A first sight with nothing granted: the node takes its credit itself if a blanket lets it.
-      if (n.issued === 0 && clock.now() >= START && takenBlankets.some((b) => lets(b, n.nodeId, limit))) {
+      const by = n.issued === 0 && clock.now() >= START ? statements.map((st) => lets(st, n.nodeId, limit)).find((x) => x !== undefined) : undefined;
+      if (by !== undefined) {
         n.issued = n.blanketed = HELD;
         seen.heldTaken++;
+        if (by === 'reach') seen.reachTaken++;
         note(() => `${step}: ${n.nodeId} takes ${HELD} itself under a blanket`);
       }
       const spend = Math.floor(rand() * (n.issued - n.spent + 1));
@@ -326,11 +351,12 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
     // once, as the float's, once its node states it (`Report.floated`, `CreditRequest.floated`) —
     // after a failover, once every live node has (until then the successor may count it twice). Save
     // for one known double count (ARCHITECTURE.md): a node given float credit under two owner epochs
-    // states only the larger of the two grants' `floated`, so the smaller is counted twice.
+    // states only the larger of the two grants' `floated`, so the smaller is counted twice. And a
+    // member's credit a record reaching back counts where no room was left for it.
     const settled = epoch === FIRST_EPOCH || live.every((m) => stated.has(m));
     if (settled && epoch !== FIRST_EPOCH) seen.settled++;
     const twice = nodes.reduce((sum, m) => sum + [...m.floatedBy.values()].reduce((a, b) => a + b, 0) - Math.max(0, ...m.floatedBy.values()), 0);
-    const bound = settled ? limit + inherited.size + twice : Number.POSITIVE_INFINITY;
+    const bound = settled ? limit + inherited.size + twice + reached.size * HELD : Number.POSITIVE_INFINITY;
     // A successor's count is 0 until a request or a report makes the window's ledger (`o.size`).
     const under = o.size > 0 && committed < issued + float;
     // Checked plainly first: chai's 160,000 assertions would take most of the time.
@@ -346,7 +372,7 @@ function run(seed: number, steps: number, seen: Seen, trace?: string[]): void {
 
 describe('owner blankets, at random: one window across owners that fail', () => {
   it('never gives nodes more credit than the allowance, nor counts less committed than they hold, over 200 random runs of 200 steps with failovers', () => {
-    const seen: Seen = { blanketAnswers: 0, floatAnswers: 0, failovers: 0, exhausted: 0, inheritedBlankets: 0, lostAnswers: 0, settled: 0, heldTaken: 0 };
+    const seen: Seen = { blanketAnswers: 0, floatAnswers: 0, failovers: 0, exhausted: 0, inheritedBlankets: 0, lostAnswers: 0, settled: 0, heldTaken: 0, reachTaken: 0 };
     for (let seed = 1; seed <= 200; seed++) {
       try {
         run(seed, 200, seen);
@@ -366,5 +392,6 @@ describe('owner blankets, at random: one window across owners that fail', () => 
     expect(seen.exhausted, 'steps with every credit out on nodes').to.be.above(1000);
     expect(seen.settled, 'steps after a failover with every live node heard').to.be.above(5000);
     expect(seen.heldTaken, 'credit nodes took themselves under blankets').to.be.above(100);
+    expect(seen.reachTaken, 'of it, by a held part’s reach').to.be.above(50);
   });
 });
