@@ -161,7 +161,7 @@ export function relist(list: readonly Holder[], members: HeldOptions['members'],
 /**
  * How far back members may take in a shard (`HeldShard.reach`), and the members the back pass of
  * `extended` last counted in the shard's running windows (`Blankets` keeps one per shard it writes):
- * none while a window it would reach over has no allowance stated yet — nothing is stated until then.
+ * none while a window it would reach over has no allowance stated yet (no reach is stated until then).
  */
 export interface Reached {
   readonly stated: number;
@@ -178,22 +178,25 @@ export interface Reached {
  * started: those running now (a new fleet's first minute, a member's first window after it is listed,
  * a shard's first under a new owner). Two reaches: the record's (`Held.reach`), what every owner counts
  * by — ledgers made later, a checkpoint, a later owner — set at its first write and never raised nor
- * dropped; and the stated one (`Reached.stated`), what members take by, never lowered: past the ended
+ * dropped; and the stated one (`Reached.stated`), what members take by: past the record's, the ended
  * marks and now (a window ending by then may have had its ledger dropped with the allowance spent, and
  * a member whose clock runs behind could see it as running), and past any running window with no room
- * for the members' credit: counted already or not (a later owner counts by the record's reach, room
- * or not), the room left must hold them. Members listed since the last back pass count in every
- * running window past the stated reach before the write goes out; a window made later counts them
- * when made, by the record's reach. A window a replay made from grants alone, its allowance not stated
- * yet (it may be spent almost to it), holds the back pass back until a node states it.
+ * for the members' credit, counted already or not (a later owner counts by the record's reach, room or
+ * not, so what is counted holds only within the allowance). A back pass — when the members changed, or
+ * while a window with no room holds the stated reach up — counts the members in every running window
+ * past the stated reach before the write goes out: a statement, however old, never lets a member take
+ * where nothing counts it. A window made later counts them when made, by the record's reach. A window
+ * a replay made from grants alone, its allowance not stated yet (it may be given out to the last
+ * credit), holds the back pass back until a node states it, and ends the part ahead before it.
  */
 export function extended(b: Blanket, by: number, held: HeldOptions, holders: readonly Holder[], reached?: Reached): { blanket: Blanket; reached?: Reached } {
   const from = b.held?.startsBy ?? b.startsBy;
   const min = b.held?.min ?? held.min;
   const floor = held.reachFrom?.(b.shard);
   const reach = b.held?.reach ?? floor;
-  let stated = floor === undefined ? reached?.stated : Math.max(floor, reached?.stated ?? floor);
-  const back = floor !== undefined && reached?.holders !== holders;
+  // Again from the floor when the members changed, or a window with no room raised it (it may have ended).
+  const back = floor !== undefined && (reached?.holders !== holders || reached.stated > floor);
+  let stated = floor === undefined ? reached?.stated : Math.max(floor, reach!);
   // As members may take by it from now on (no reach while one may not count it).
   const part = (startsBy: number, r = floor === undefined ? undefined : stated): Blanket => ({ ...b, startsBy: by, held: { min, startsBy, holders, ...(r === undefined ? {} : { reach: r }) } });
   let end = by;
@@ -211,12 +214,16 @@ export function extended(b: Blanket, by: number, held: HeldOptions, holders: rea
       holding = true;
       if (l.heldBy?.includes(h.nodeEpoch) !== true) adding += HELD;
     }
-    // A window whose allowance is not stated yet issues nothing before it is: counted ahead, no room
-    // needed (as before any reach).
+    // A replay made it from grants alone: its allowance, not stated yet, may be given out to the last
+    // credit (an earlier owner's count of members there is no room either). No part covers it ahead,
+    // and no reach is stated, until a node states it.
     if (l.unstated === true) {
-      unstated ||= holding && !ahead;
+      if (holding && ahead) end = start - 1;
+      else if (holding) unstated = true;
       continue;
     }
+    // Room read signed: a later owner counts by the record's reach, room or not, so what is counted
+    // already holds only if the allowance, less what is held back for silent members, does.
     if (adding <= held.room(l)) continue;
     if (behind) stated = l.windowEnd;
     if (ahead) end = start - 1;

@@ -5,7 +5,7 @@ import { FakeClock } from '../../lib/clock.js';
 import type { FoldOwner } from '../../lib/fold-owner.js';
 import { BLANKET_SPAN_MS } from '../../lib/owner/blankets.js';
 import type { LogEntry } from '../../lib/protocol/log.js';
-import { ALL_SHARDS, NOW, W, all, ask, covered, keyAt, owner, stating, type Key } from '../support/blankets.js';
+import { ALL_SHARDS, DAY, NOW, W, all, ask, covered, keyAt, owner, stating, type Key } from '../support/blankets.js';
 import { FixedFleet } from '../support/protocol.js';
 
 /**
@@ -136,8 +136,7 @@ describe('members’ credit reaching back over running windows', () => {
     const clock = new FakeClock(NOW);
     const fleet = reaching('n1');
     const o = heldOwner(clock, fleet);
-    const day = 86_400_000;
-    const full = keyAt(1, NOW, day);
+    const full = keyAt(1, NOW, DAY);
     covered(o);
     expect(statedIn(o, full.shard)).to.equal(NOW);
     // A day-long window runs out of room; a member joins, so the next record's back pass finds it.
@@ -164,8 +163,7 @@ describe('members’ credit reaching back over running windows', () => {
     const clock = new FakeClock(NOW);
     const fleet = reaching('n1');
     const a = heldOwner(clock, fleet);
-    const day = 86_400_000;
-    const full = keyAt(1, NOW, day);
+    const full = keyAt(1, NOW, DAY);
     const log: LogEntry[] = [];
     for (const b of covered(a)) if (b.shard === full.shard) log.push({ kind: 'blanket', blanket: b });
     // n1's credit is counted in a day-long window; a grant to n3 takes the rest.
@@ -185,7 +183,7 @@ describe('members’ credit reaching back over running windows', () => {
     // must not read that as room set aside.
     const c = heldOwner(clock, reaching('n1', 'n2'), 8);
     c.replay(a.snapshot(full.shard));
-    expect(c.committed(full.keyId, day, full.windowId)).to.equal(LIMIT + 1);
+    expect(c.committed(full.keyId, DAY, full.windowId)).to.equal(LIMIT + 1);
     clock.step(200);
     covered(c);
     expect(statedIn(c, full.shard)).to.equal(end(full));
@@ -200,6 +198,68 @@ describe('members’ credit reaching back over running windows', () => {
     clock.step(BLANKET_SPAN_MS);
     for (const b of s.blanketsDue(ALL_SHARDS, all)) s.blanketLogged(b, true);
     expect(statedIn(s, full.shard)).to.equal(end(full));
+  });
+
+  it('a later owner ends the part ahead before a replayed window whose allowance may be given out already', () => {
+    for (const reachCounted of [false, true]) {
+      const clock = new FakeClock(NOW);
+      // A minute window starting within the blanket's next span, given out whole ahead by the first
+      // owner, which lists nobody yet.
+      const w = keyWhere(NOW + 1500, (x) => x.start > NOW + 100 && x.start <= NOW + 1500, 10, MINUTE);
+      const fleet = reaching();
+      fleet.reachCounted = reachCounted;
+      const a = heldOwner(clock, fleet);
+      const log: LogEntry[] = covered(a).map((blanket) => ({ kind: 'blanket', blanket }));
+      const g = a.onCreditRequest({ ...ask(w, 'n3', LIMIT, LIMIT, false), demand: 0 })!;
+      expect(g.issued).to.equal(LIMIT);
+      log.push({ kind: 'grant', grant: g });
+      // It fails; the next lists n1 and n2: the replay knows the grant, not the window's allowance.
+      clock.step(10);
+      const s = heldOwner(clock, reaching('n1', 'n2'), 8);
+      fleet.reachCounted = reachCounted;
+      s.replay(log);
+      const b = covered(s).find((x) => x.shard === w.shard)!;
+      expect(b.held?.startsBy, `reach ${reachCounted}`).to.be.below(w.start);
+    }
+  });
+
+  it('raises the stated reach past a window the credit held back for a silent member fills, and brings it down once heard again', () => {
+    const clock = new FakeClock(NOW);
+    const fleet = reaching('n1', 'n2', 'n3', 'n4');
+    const o = heldOwner(clock, fleet);
+    const day = keyAt(1, NOW, DAY);
+    o.onReports(stating(day, 'n1', LIMIT, 800, 0));
+    covered(o);
+    expect(statedIn(o, day.shard)).to.equal(NOW);
+    // n4 falls silent (its share is held back: it may grant itself that much) and is no longer listed.
+    fleet.silentNodes = ['n4'];
+    fleet.holding = fleet.holding.filter((h) => h.nodeId !== 'n4');
+    clock.step(BLANKET_SPAN_MS / 2 + 1);
+    for (const b of o.blanketsDue(ALL_SHARDS, all)) o.blanketLogged(b, true);
+    expect(statedIn(o, day.shard)).to.equal(end(day));
+    // Heard again: the next record's back pass brings the reach down.
+    fleet.silentNodes = [];
+    clock.step(BLANKET_SPAN_MS / 2 + 1);
+    for (const b of o.blanketsDue(ALL_SHARDS, all)) o.blanketLogged(b, true);
+    expect(statedIn(o, day.shard)).to.equal(clock.now());
+  });
+
+  it('a later owner reaches over no window its count by the record’s reach fills past what is held back for a silent member', () => {
+    const clock = new FakeClock(NOW);
+    const fleet = reaching('n1', 'n2', 'n3', 'n4');
+    fleet.silentNodes = ['n4'];
+    const a = heldOwner(clock, fleet);
+    const w = keyAt(1, NOW, DAY);
+    a.onReports(stating(w, 'n3', LIMIT, 0, 0));
+    // All but n4's share (which it may grant itself) goes to n3: no room for the members' credit.
+    expect(a.onCreditRequest({ ...ask(w, 'n3', LIMIT, LIMIT, false), demand: 0 })!.issued).to.equal(LIMIT - 200);
+    covered(a);
+    expect(statedIn(a, w.shard)).to.equal(end(w));
+    const b = heldOwner(clock, fleet, 8);
+    b.replay(a.snapshot(w.shard));
+    clock.step(200);
+    covered(b);
+    expect(statedIn(b, w.shard)).to.equal(end(w));
   });
 
   it('counts a member listed later in the windows running when the next record of each shard is written', () => {
