@@ -44,7 +44,7 @@ export interface Blanket {
 interface Own {
   blanket: Blanket;
   taken: number;
-  /** The latest end of its held part taken (`Held.startsBy`); whether a record with a reach was; `Reached`. */
+  /** Its held part's latest end taken (`Held.startsBy`); whether a record with a reach was taken; its last back pass (`Reached`). */
   heldTaken: number;
   reachTaken: boolean;
   reached?: Reached;
