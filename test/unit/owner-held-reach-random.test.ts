@@ -10,15 +10,15 @@ import { seededRandom as rng } from '../../scripts/sim/queue.js';
 import { FixedFleet, ownerConfig } from '../support/protocol.js';
 
 /**
- * Members' credit reaching back over running windows (`Held.reach`), at random: one owner process at
- * a time over 8 shards, keys of four window lengths (1 s to a day), members listed and unlisted, the
- * reach turned off and on (a member of an older release comes and goes), blanket writes taken,
+ * Members' credit reaching back over running windows (`Held.reach`), at random: one owner process
+ * at a time over 8 shards, keys of four window lengths (1 s to a day), members listed and unlisted,
+ * the reach turned off and on (a member of an older release comes and goes), blanket writes taken,
  * refused but landed, or lost, in any order; grants filling windows, checkpoints, sweeps, new owner
  * epochs in process and failovers to a successor that replays the log; nodes taking credit by any
- * statement of the last few steps (or of thirty, in some runs), with clocks up to 50 ms apart; in some
- * runs a silent member may grant itself its share. What must hold after every step: what was granted,
- * taken and may be self-granted in a window never passes its allowance, and
- * every take is counted (`Ledger.heldBy`) in the current owner's ledger of its window, if it has one.
+ * statement of the last few steps (or of thirty, in some runs), with clocks up to 50 ms apart; in
+ * some runs a silent member may grant itself its share. What must hold after every step: what was
+ * granted, taken and may be self-granted in a window never passes its allowance, and every take is
+ * counted (`Ledger.heldBy`) in the current owner's ledger of its window, if it has one.
  */
 const SHARDS = 8;
 const MIN = 12;
