@@ -198,9 +198,8 @@ export class FleetTable {
   }
 
   /**
-   * Whether every member's last verified statement says it counts blankets (`lib/owner/blankets.ts`)
-   * — or, `'reaches'`, a held part's reach back over running windows (`Held.reach`): one that states
-   * nothing verifiable, or is of an older release, turns them off for every owner.
+   * Whether every member's last verified statement says it counts blankets (`lib/owner/blankets.ts`), or a
+   * held part's reach (`Held.reach`): one stating nothing verifiable, or older, turns them off everywhere.
    */
   counts(what: 'blankets' | 'reaches'): boolean {
     for (const m of this.members.values()) if (m.beat?.[what] !== true) return false;
