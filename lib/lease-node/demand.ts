@@ -29,13 +29,18 @@ export const PLENTIFUL = 512;
  */
 export const STANDING = 3;
 
+const DEMAND_SCALE = 1024;
+
 /**
  * A demand as a bucket keeps it to compare (`Bucket.reportedDemand`): in 1/1024 of a request, a small
  * integer, so the bucket holds no boxed number.
  */
 export function demandMark(demand: number): number {
-  return Math.min(0x3fffffff, Math.round(demand * 1024));
+  return Math.min(0x3fffffff, Math.round(demand * DEMAND_SCALE));
 }
+
+/** The demand a mark stands for (`demandMark`'s inverse, to its 1/1024 of a request). */
+const markedDemand = (mark: number): number => mark / DEMAND_SCALE;
 
 /**
  * The demand a node advertises for a bucket (what it expects to spend over the next rounds, from its
@@ -135,16 +140,16 @@ export abstract class NodeDemand extends NodeState {
    * Gives back credit this node is not going to need (L1): above twice what the lease-size rule
    * (`lib/lease-size.ts`) gives its `demand` now (`demandOf`), down to that. The owner sees the
    * release in this round's report and can issue it where requests are. A standing lease keeps its
-   * whole size (no more) to its window's end: what it may strand is within its plan's budget
-   * already, and shedding part of it late in each window would cost a report and a top-up per key
-   * for credit nobody is short of. Under a plentiful plan a bucket keeps one credit whatever its
-   * demand, to its window's end or a recall (its owner hears
-   * the demand is gone as it fades: `recallSpares`): a caller back after a quiet spell in the same
-   * window finds it here, where it would otherwise ask an owner across the network under the hard
-   * deadline (the bench's fleet member, its load pausing 50 s between runs, refused 26 of 45,000
-   * requests so on a busy host). One credit per node is below the standing lease the plan's budget
-   * allows already. Not while the bucket map is crowded (`BucketMap.roomy`): a bucket holding credit
-   * is evicted only by giving it back in a report, which churning one-shot keys would pay each.
+   * whole size (no more) to its window's end: what it may strand is within its plan's budget already,
+   * and shedding part of it late in each window would cost a report and a top-up per key for credit
+   * nobody is short of. Under a plentiful plan a bucket keeps one credit whatever its demand, to its
+   * window's end or a recall (its owner hears the demand is gone as it fades: `recallSpares`): a
+   * caller back after a quiet spell in the same window finds it here, where it would otherwise ask an
+   * owner across the network under the hard deadline (the bench's fleet member, its load pausing 50 s
+   * between runs, refused 26 of 45,000 requests so on a busy host). One credit per node is below the
+   * standing lease the plan's budget allows already. Not while the bucket map is crowded
+   * (`BucketMap.roomy`): a bucket holding credit is evicted only by giving it back in a report, which
+   * churning one-shot keys would pay each.
    */
   protected shed(b: Bucket, limit: number, demand: number, now: number): void {
     if (b.credit <= 0) return;
@@ -164,7 +169,7 @@ export abstract class NodeDemand extends NodeState {
    * elsewhere (a standing lease of one request fades holding it, with nothing given back to report).
    */
   protected recallSpares(b: Bucket): boolean {
-    return b.reportedDemand > 0 && recallKeep(b.reportedDemand / 1024, this.cfg.demandRounds, this.cfg.headroom) > 0;
+    return b.reportedDemand > 0 && recallKeep(markedDemand(b.reportedDemand), this.cfg.demandRounds, this.cfg.headroom) > 0;
   }
 
   /** Gives back credit above what `limit` still allows in the window (reported as released). */
