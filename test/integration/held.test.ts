@@ -6,21 +6,20 @@ import { fleetSuite, limits, placeOf, until, windowLeftMs, type Member } from '.
 const heldFor = (m: Member, shard: number): HeldRange | undefined => (m.bus as unknown as { fleet: { heldFor: (s: number) => HeldRange | undefined } }).fleet.heldFor(shard);
 
 /**
- * A key of a shard `owner` owns whose current 1 s window `asker` may take credit in itself: the
- * window started after the held range `asker` was given for it, and by its end. Keys are tried (and
- * the clock waited on) until one is.
+ * A key of a shard `owner` owns whose current window of `windowMs` `asker` may take credit in itself,
+ * as `fits` judges its start and end against the held range `asker` was given for it. Keys are tried
+ * (and the clock waited on) until one fits.
  */
-async function coveredKey(asker: Member, owner: Member, salt: string): Promise<string> {
+async function keyWhere(asker: Member, owner: Member, salt: string, windowMs: number, fits: (start: number, end: number, range: HeldRange) => boolean): Promise<string> {
   let found = '';
   await until(
     () => {
       for (let i = 0; i < 2000; i++) {
         const keyId = `v1:${`${salt}${i}`.padStart(22, 'h')}`;
-        const { shard } = placeOf(keyId, 1000);
+        const { shard } = placeOf(keyId, windowMs);
         const range = heldFor(asker, shard);
-        const start = Date.now() + windowLeftMs(keyId, 1000) - 1000;
-        // With a margin: the window's start is stated in whole ms, and the check runs again in acquire.
-        if (asker.bus.owners()[shard]?.owner === owner.nodeId && range !== undefined && start > range.after && start <= range.by - 50 && windowLeftMs(keyId, 1000) > 200) {
+        const end = Date.now() + windowLeftMs(keyId, windowMs);
+        if (asker.bus.owners()[shard]?.owner === owner.nodeId && range !== undefined && fits(end - windowMs, end, range)) {
           found = keyId;
           return true;
         }
@@ -32,6 +31,13 @@ async function coveredKey(asker: Member, owner: Member, salt: string): Promise<s
   );
   return found;
 }
+
+/**
+ * A key whose current 1 s window started after the held range `asker` was given for it, and by its
+ * end. With a margin: the window's start is stated in whole ms, and the check runs again in acquire.
+ */
+const coveredKey = (asker: Member, owner: Member, salt: string): Promise<string> =>
+  keyWhere(asker, owner, salt, 1000, (start, end, range) => start > range.after && start <= range.by - 50 && end - Date.now() > 200);
 
 describe('Members’ credit under blankets over real Redis: a first sight with no ask', function () {
   this.timeout(30_000);
@@ -58,21 +64,8 @@ describe('Members’ credit under blankets over real Redis: a first sight with n
     const a = ctx.join('a');
     const b = ctx.join('b');
     await Promise.all([a.bus.ready(), b.bus.ready()]);
-    let keyId = '';
-    await until(
-      () => {
-        for (let i = 0; i < 2000 && keyId === ''; i++) {
-          const k = `v1:${`reach${i}`.padStart(22, 'h')}`;
-          const { shard } = placeOf(k, 60_000);
-          const range = heldFor(b, shard);
-          const end = Date.now() + windowLeftMs(k, 60_000);
-          if (a.bus.owners()[shard]?.owner === a.nodeId && range?.reach !== undefined && end - 60_000 <= range.after && end > range.reach + 1000) keyId = k;
-        }
-        return keyId !== '';
-      },
-      'a running 60 s window the asker may take credit in by the reach',
-      15_000,
-    );
+    // A 60 s window that started before the held range, ending well after its reach.
+    const keyId = await keyWhere(b, a, 'reach', 60_000, (start, end, range) => range.reach !== undefined && start <= range.after && end > range.reach + 1000);
     const { windowId } = placeOf(keyId, 60_000);
     const asks = b.node.stats.fastPath;
     expect(b.node.acquire(keyId, limits(1e9, 60_000)), 'at once').to.deep.equal({ admitted: true });
