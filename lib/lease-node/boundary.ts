@@ -9,6 +9,16 @@ import { NodeReports } from './reports.js';
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
 export const AHEAD_ROUNDS = 2;
 /**
+ * A report that can wait goes out in its shard's slot, one round in this many (staggered by shard),
+ * or with a batch its shard gets anyway (`NodeRound.endRound`): a fleet member that reports a few
+ * requests a window for each of many keys sends one batch per shard every few rounds, not every round.
+ * Under a plentiful plan a node asks ahead in the next window's shard's slot among its window's last
+ * SLOT_ROUNDS, and again in the last round only while nothing is granted ahead.
+ */
+export const SLOT_ROUNDS = 4;
+/** The earliest a node asks ahead, in rounds before its window's end. */
+export const ASK_AHEAD_ROUNDS = Math.max(AHEAD_ROUNDS, SLOT_ROUNDS);
+/**
  * Clock skew between nodes allowed for, in rounds (50 ms): any two wall clocks agree within this,
  * steps included (each within a round of true time).
  */
@@ -55,11 +65,11 @@ export abstract class NodeBoundary extends NodeReports {
     const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
     // Only into a window that began well into the silence. Owners hold this node's possible
     // self-grant back from SILENT_ROUNDS after its last heartbeat, but may have granted credit for a
-    // window up to AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart):
+    // window up to ASK_AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart):
     // credit already out before they held anything back. A window that began earlier (a first sight
     // mid-window, a key reloaded) gets no self-grant: its requests are refused, never over-admitted.
     const intoWindow = this.clock.now() - (b.windowEnd - windowMs);
-    const before = (AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
+    const before = (ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
     if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence - intoWindow >= before && silence <= this.cfg.degradedAfterMs) {
       // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
       // holdback covers one self-grant per node per window, not one per reload.

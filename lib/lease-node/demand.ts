@@ -117,13 +117,29 @@ export abstract class NodeDemand extends NodeState {
     return Math.floor(limit / (PLENTIFUL * Math.max(1, this.link.fleetSize())));
   }
 
+  /** Whether a window of `limit` is plentiful for this fleet (`standingBudget` of 1 at least). */
+  protected plentiful(limit: number): boolean {
+    return this.standingBudget(limit) >= 1;
+  }
+
+  /**
+   * Whether the report of `b` may wait for its shard's slot (`SLOT_ROUNDS`): under a plentiful plan,
+   * with no self-grant (F4: in every batch), while it holds credit for twice the slot's rounds at its
+   * rate, one request at least, so no request here asks for want of the top-up it would bring. What
+   * waits is news to the owner a few rounds later: credit given back or a new demand. Safety does not
+   * hang on it, as on no report's timing: an owner counts what it has not heard was spent as held.
+   */
+  protected canWait(b: Bucket, limit: number, rounds: number): boolean {
+    return b.selfIssued === 0 && this.plentiful(limit) && b.credit >= Math.max(1, Math.ceil((2 * rounds * b.rate) / RATE_ONE));
+  }
+
   /**
    * The smoothed rate below which a quiet bucket of a window of `limit` drops out of the reports.
    * Under a plentiful plan a key seen every second or two keeps its standing lease between requests
    * (one request's trace fades below 1/4096 over about 86 rounds, below 1/256 over 43).
    */
   protected fadeRate(limit: number): number {
-    return this.standingBudget(limit) >= 1 ? MIN_RATE_PLENTIFUL : MIN_RATE;
+    return this.plentiful(limit) ? MIN_RATE_PLENTIFUL : MIN_RATE;
   }
 
   /** A remote ask answered by its deadline: the share of misses moves a sixteenth of the way to none. */
@@ -155,7 +171,7 @@ export abstract class NodeDemand extends NodeState {
     if (b.credit <= 0) return;
     const standing = this.standing(limit, demand);
     const keep = leaseTarget(demand, standing ? Infinity : (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
-    const kept = Math.max(keep, this.buckets.roomy && this.standingBudget(limit) >= 1 ? 1 : 0);
+    const kept = Math.max(keep, this.buckets.roomy && this.plentiful(limit) ? 1 : 0);
     if (b.credit > (standing ? keep : 2 * keep) && b.credit > kept) {
       b.released += b.credit - kept;
       b.dirty = true;

@@ -3,7 +3,7 @@ import { QUIET_MAX, quietFor, quietSince, type Subject } from '../bucket-map.js'
 import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js';
 import { windowIdAt } from '../window.js';
 import { NodeAsks } from './asks.js';
-import { AHEAD_ROUNDS } from './boundary.js';
+import { AHEAD_ROUNDS, ASK_AHEAD_ROUNDS, SLOT_ROUNDS } from './boundary.js';
 import { demandMark } from './demand.js';
 
 /** A quiet bucket with fading demand is reported once in this many rounds. */
@@ -38,6 +38,8 @@ export abstract class NodeRound extends NodeAsks {
   private quietFleet = 0;
   private paceAt = 0;
   private paceRound = 0;
+  /** Shards whose batch goes out at the end of this round whatever their slot (`resync`). */
+  private readonly resynced = new Set<number>();
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
@@ -47,6 +49,7 @@ export abstract class NodeRound extends NodeAsks {
    */
   resync(shards: ReadonlySet<number>): void {
     const now = this.clock.now();
+    for (const s of shards) this.resynced.add(s);
     for (const s of this.buckets.values()) {
       this.wake(s);
       let any = false;
@@ -89,6 +92,8 @@ export abstract class NodeRound extends NodeAsks {
     }
     const wakeAll = this.wakeAll(now);
     const next: Subject[] = [];
+    // Reports that may wait for their shard's slot (`canWait`), decided once every batch of the round is known.
+    const waiting: Array<{ s: Subject; b: Bucket; limit: number; shard: number; demand: number; spent: boolean }> = [];
     for (const s of this.reportList) {
       if (s.evicted) continue;
       // A quiet subject is passed over until it is due, or a request or a grant wakes it.
@@ -156,12 +161,22 @@ export abstract class NodeRound extends NodeAsks {
         const news = idle && ((b.unreported && tail) || ((this.roundNo - b.reportedRound === 1 || this.roundNo % IDLE_REPORT_ROUNDS === 0) && demandMark(demand) !== b.reportedDemand));
         if (!idle && !b.dirty && !tail && !s.limits.fixedShare && this.mayWait(b, w.limit, demand)) b.unreported = true;
         else if (!idle || b.selfIssued > 0 || news) {
-          this.queue(byShard, shardOf(s.keyId, b.windowId, this.cfg.shards), this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare, demand));
-          if (!idle) b.reportedRound = this.roundNo;
+          const shard = shardOf(s.keyId, b.windowId, this.cfg.shards);
+          if (!tail && !s.limits.fixedShare && !this.slot(shard) && this.canWait(b, w.limit, SLOT_ROUNDS)) {
+            waiting.push({ s, b, limit: w.limit, shard, demand, spent: !idle });
+            quiet = 0;
+          } else {
+            this.queue(byShard, shard, this.report(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare, demand));
+            if (!idle) b.reportedRound = this.roundNo;
+          }
         }
-        // Ask the next window's owner (another shard) for credit ahead of the rollover.
-        if (b.windowEnd - now <= AHEAD_ROUNDS * this.cfg.roundMs) {
-          this.queue(byShard, shardOf(s.keyId, b.windowId + 1, this.cfg.shards), this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
+        // Ask the next window's owner (another shard) for credit ahead of the rollover: in the window's
+        // last AHEAD_ROUNDS, or under a plentiful plan in that shard's slot (`SLOT_ROUNDS`).
+        const left = b.windowEnd - now;
+        if (left <= ASK_AHEAD_ROUNDS * this.cfg.roundMs) {
+          const shard = shardOf(s.keyId, b.windowId + 1, this.cfg.shards);
+          const ask = s.limits.fixedShare || !this.plentiful(w.limit) ? left <= AHEAD_ROUNDS * this.cfg.roundMs : this.slot(shard) || (left <= this.cfg.roundMs && b.nextWindowId !== b.windowId + 1);
+          if (ask) this.queue(byShard, shard, this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
         }
         b.dirty = false;
         if (quiet > 0) quiet = idle ? Math.min(quiet, this.quietRounds(b, w.limit, demand, now)) : 0;
@@ -175,11 +190,27 @@ export abstract class NodeRound extends NodeAsks {
     this.passRound = this.roundNo + 1;
     for (const { shard, report } of this.finalReports) this.queue(byShard, shard, report);
     this.finalReports = [];
+    // A report that waits goes with a batch its shard gets anyway, else in a later round: its bucket
+    // stays dirty, and its subject is not passed over.
+    for (const x of waiting) {
+      if (!byShard.has(x.shard)) {
+        x.b.dirty = true;
+        continue;
+      }
+      this.queue(byShard, x.shard, this.report(x.s.keyId, x.b.windowMs, x.limit, x.b, false, x.demand));
+      if (x.spent) x.b.reportedRound = this.roundNo;
+    }
+    this.resynced.clear();
     this.forgetEndedSelfGrants(now);
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
     this.roundNo++;
     return batches;
+  }
+
+  /** Whether `shard`'s batch goes out this round with reports that could wait: its slot, or a resync. */
+  private slot(shard: number): boolean {
+    return (this.roundNo + shard) % SLOT_ROUNDS === 0 || this.resynced.has(shard);
   }
 
   /**

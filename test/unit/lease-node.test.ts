@@ -702,16 +702,21 @@ describe('lease node: the decision path', () => {
       const node = makeNode(link, clock);
       const limits = perMinute(PLENTIFUL * 4); // a standing demand of 1
       clock.set(windowEndMs(windowIdAt(clock.now(), 60_000, off), 60_000, off) - 30_000);
+      const seen: Array<[number, number]> = [];
+      const round = () => {
+        for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY) seen.push([r.spent, r.released]);
+      };
       node.acquire(KEY, limits);
-      node.endRound(); // its first report: news
+      round(); // its first report: news (in its shard's slot, `SLOT_ROUNDS`: maybe after the next request)
       clock.advance(100);
       node.acquire(KEY, limits); // holds 2, more than a recall would leave it: put off
-      const seen: Array<[number, number]> = [];
       for (let i = 0; i < 200; i++) {
         clock.advance(25);
-        for (const r of node.endRound().flatMap((x) => x.reports)) if (r.keyId === KEY) seen.push([r.spent, r.released]);
+        round();
       }
-      expect(seen).to.deep.equal([[2, 1]]);
+      expect(seen).to.have.length(2);
+      expect(seen[0]![1]).to.equal(0);
+      expect(seen[1]).to.deep.equal([2, 1]);
     });
 
     it('reports a spend whose ask was answered after the round that counted its request', async () => {
@@ -785,16 +790,21 @@ describe('lease node: the decision path', () => {
 
     it('reports what a standing lease put off before its rate fades, and gives all but one credit back', () => {
       const { clock, node, limits, reports } = standing(3 * STANDING);
+      const seen: Array<[number, number]> = [];
+      const round = () => {
+        for (const r of reports()) seen.push([r.spent, r.released]);
+      };
       node.acquire(KEY, limits);
-      reports();
+      round(); // news (in its shard's slot, `SLOT_ROUNDS`: maybe after the next request)
       clock.advance(100);
       node.acquire(KEY, limits); // put off
-      const seen: Array<[number, number]> = [];
       for (let i = 0; i < 200; i++) {
         clock.advance(25);
-        for (const r of reports()) seen.push([r.spent, r.released]);
+        round();
       }
-      expect(seen).to.deep.equal([[2, 3 * STANDING - 3]]);
+      expect(seen).to.have.length(2);
+      expect(seen[0]![1]).to.equal(0);
+      expect(seen[1]).to.deep.equal([2, 3 * STANDING - 3]);
     });
 
     it("reports a standing lease's spends in its window's last rounds: what it put off, and each at once", () => {
@@ -847,11 +857,11 @@ describe('lease node: the decision path', () => {
       const { clock, node, limits, reports, end } = standing(5 * STANDING); // a lease of 15, cooled to standing
       clock.set(end - 30_000);
       node.acquire(KEY, limits);
+      // Its first report may wait for its shard's slot (`SLOT_ROUNDS`); the give-back goes in the next
+      // round's batch with it, or after it.
       const told = [reports(), (clock.advance(25), reports())].flat();
-      expect(told.map((r) => [r.held, r.released])).to.deep.equal([
-        [5 * STANDING - 1, 0],
-        [3 * STANDING, 5 * STANDING - 1 - 3 * STANDING],
-      ]);
+      expect(told.at(-1)!).to.include({ held: 3 * STANDING, released: 5 * STANDING - 1 - 3 * STANDING });
+      expect(told.slice(0, -1).map((r) => [r.held, r.released])).to.deep.equal(told.length === 2 ? [[5 * STANDING - 1, 0]] : []);
     });
 
     it("reports a standing lease granted ahead to the next window's owner once rolled in", () => {
