@@ -45,8 +45,7 @@ export class Subject {
       // Or shrunk: credit above the new limit is given back at once (reported at the round's end).
       const excess = kept.credit - Math.max(0, w.limit - kept.spent);
       if (excess > 0) {
-        kept.released += excess;
-        kept.dirty = true;
+        kept.giveBack(excess);
       }
       return kept;
     });

@@ -28,6 +28,7 @@ const UNREPORTED = 2;
 const LATE_UNSURE = 4;
 const BLANKETED = 8;
 const TOOK_BEFORE = 16;
+const GAVE_BACK = 32;
 
 /**
  * A node's state for one key and one window length, across its windows. Credit is what the owner
@@ -83,7 +84,7 @@ export class Bucket {
   exhausted: Exhaustion = Exhaustion.None;
   /** Grant seq the exhaustion notice was sent after. */
   exhaustedSeq = 0;
-  /** `dirty`, `unreported`, `lateUnsure`, `blanketed` and `tookBefore` as bits: one small integer field. */
+  /** `dirty`, `unreported`, `lateUnsure`, `blanketed`, `tookBefore` and `gaveBack` as bits: one small integer field. */
   private flags = 0;
 
   /**
@@ -149,6 +150,22 @@ export class Bucket {
     return (this.flags & TOOK_BEFORE) !== 0;
   }
 
+  /** It gave credit back since its last report (`giveBack`): that report never waits for its shard's slot. */
+  get gaveBack(): boolean {
+    return (this.flags & GAVE_BACK) !== 0;
+  }
+
+  /** Gives `n` of its credit back to the owner: reported at the round's end (released). */
+  giveBack(n: number): void {
+    this.released += n;
+    this.flags |= DIRTY | GAVE_BACK;
+  }
+
+  /** Its report is made: what it gave back is told. */
+  reported(): void {
+    this.flags &= ~(UNREPORTED | GAVE_BACK);
+  }
+
   private setFlag(bit: number, v: boolean): void {
     this.flags = v ? this.flags | bit : this.flags & ~bit;
   }
@@ -161,7 +178,7 @@ export class Bucket {
   /** Moves the bucket to a new window: a past window's credit is void; a pre-grant for this one applies. */
   roll(windowId: number): void {
     const pre = this.nextWindowId === windowId;
-    this.flags = this.blanketed ? (this.flags | TOOK_BEFORE) & ~BLANKETED : this.flags & ~TOOK_BEFORE;
+    this.flags = (this.blanketed ? (this.flags | TOOK_BEFORE) & ~BLANKETED : this.flags & ~TOOK_BEFORE) & ~GAVE_BACK;
     this.windowId = windowId;
     this.issued = pre ? this.nextIssued : 0;
     this.floated = pre ? this.nextFloated : 0;

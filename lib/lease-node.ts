@@ -4,7 +4,7 @@ import { ADMITTED, type Acquired, type Denied, type Enforcer, type LeaseNodeConf
 import type { ResolvedLimits } from './policy.js';
 
 export { ADMITTED, type Acquired, type Denied, type LeaseNodeConfig, type LeaseNodeStats, type OwnerLink };
-export { SKEW_ROUNDS } from './lease-node/boundary.js';
+export { ASK_AHEAD_ROUNDS, SKEW_ROUNDS } from './lease-node/boundary.js';
 
 /**
  * Node side of the leasing protocol: buckets of leased credit, decremented all-or-nothing across a

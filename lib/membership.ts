@@ -10,7 +10,7 @@ import type { HeldShard, HeldStatement } from './owner/held.js';
  *                           left out, so maybe later — which only delays what follows)
  *   t + SILENT_ROUNDS·T     owners count it silent and hold its possible self-grant back
  *   t + (REACH + 2)·T       it stops the fast path (F2: two missed rounds)
- * and it grants itself credit (F4) only into a window that began at least AHEAD + SILENT + SKEW rounds
+ * and it grants itself credit (F4) only into a window that began at least ASK_AHEAD + SILENT + SKEW rounds
  * (`lib/lease-node/boundary.ts`) after its last contact: by then no owner can have issued credit for
  * that window without holding the node's share back, pre-grants asked ahead by other nodes included.
  *

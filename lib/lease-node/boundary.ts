@@ -4,6 +4,7 @@ import { SILENT_ROUNDS } from '../membership.js';
 import type { WindowSpec } from '../policy.js';
 import { shardOf } from '../protocol/messages.js';
 import { windowIdAt } from '../window.js';
+import { PLENTIFUL } from './demand.js';
 import { NodeReports } from './reports.js';
 
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
@@ -12,8 +13,8 @@ export const AHEAD_ROUNDS = 2;
  * A report that can wait goes out in its shard's slot, one round in this many (staggered by shard),
  * or with a batch its shard gets anyway (`NodeRound.endRound`): a fleet member that reports a few
  * requests a window for each of many keys sends one batch per shard every few rounds, not every round.
- * Under a plentiful plan a node asks ahead in the next window's shard's slot among its window's last
- * SLOT_ROUNDS, and again in the last round only while nothing is granted ahead.
+ * Under a plentiful plan a node asks ahead, while nothing is granted ahead, in the next window's
+ * shard's slot among its window's last SLOT_ROUNDS and in the last AHEAD_ROUNDS.
  */
 export const SLOT_ROUNDS = 4;
 /** The earliest a node asks ahead, in rounds before its window's end. */
@@ -65,11 +66,12 @@ export abstract class NodeBoundary extends NodeReports {
     const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
     // Only into a window that began well into the silence. Owners hold this node's possible
     // self-grant back from SILENT_ROUNDS after its last heartbeat, but may have granted credit for a
-    // window up to ASK_AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart):
+    // window up to AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart),
+    // ASK_AHEAD_ROUNDS under a plan that is plentiful for some fleet (whatever size each node sees):
     // credit already out before they held anything back. A window that began earlier (a first sight
     // mid-window, a key reloaded) gets no self-grant: its requests are refused, never over-admitted.
     const intoWindow = this.clock.now() - (b.windowEnd - windowMs);
-    const before = (ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
+    const before = ((limit >= PLENTIFUL ? ASK_AHEAD_ROUNDS : AHEAD_ROUNDS) + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
     if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence - intoWindow >= before && silence <= this.cfg.degradedAfterMs) {
       // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
       // holdback covers one self-grant per node per window, not one per reload.

@@ -125,12 +125,14 @@ export abstract class NodeDemand extends NodeState {
   /**
    * Whether the report of `b` may wait for its shard's slot (`SLOT_ROUNDS`): under a plentiful plan,
    * with no self-grant (F4: in every batch), while it holds credit for twice the slot's rounds at its
-   * rate, one request at least, so no request here asks for want of the top-up it would bring. What
-   * waits is news to the owner a few rounds later: credit given back or a new demand. Safety does not
-   * hang on it, as on no report's timing: an owner counts what it has not heard was spent as held.
+   * rate, one request at least, so no request here asks for want of the top-up it would bring; never
+   * one telling of credit given back (`Bucket.gaveBack`): another node may be refused for want of it.
+   * What waits is a spend it had credit for or a new demand, news to the owner a few rounds later.
+   * Safety does not hang on it, as on no report's timing: an owner counts what it has not heard was
+   * spent as held.
    */
   protected canWait(b: Bucket, limit: number, rounds: number): boolean {
-    return b.selfIssued === 0 && this.plentiful(limit) && b.credit >= Math.max(1, Math.ceil((2 * rounds * b.rate) / RATE_ONE));
+    return b.selfIssued === 0 && !b.gaveBack && this.plentiful(limit) && b.credit >= Math.max(1, Math.ceil((2 * rounds * b.rate) / RATE_ONE));
   }
 
   /**
@@ -173,8 +175,7 @@ export abstract class NodeDemand extends NodeState {
     const keep = leaseTarget(demand, standing ? Infinity : (b.windowEnd - now) / this.cfg.roundMs, this.cfg.demandRounds, this.cfg.headroom);
     const kept = Math.max(keep, this.buckets.roomy && this.plentiful(limit) ? 1 : 0);
     if (b.credit > (standing ? keep : 2 * keep) && b.credit > kept) {
-      b.released += b.credit - kept;
-      b.dirty = true;
+      b.giveBack(b.credit - kept);
     }
   }
 
@@ -192,8 +193,7 @@ export abstract class NodeDemand extends NodeState {
   protected trim(b: Bucket, limit: number): void {
     const excess = b.credit - Math.max(0, limit - b.spent);
     if (excess > 0) {
-      b.released += excess;
-      b.dirty = true;
+      b.giveBack(excess);
     }
   }
 }

@@ -67,8 +67,7 @@ export abstract class NodeMessages extends NodeBoundary {
     if (b === undefined || a.windowId !== b.windowId) return false;
     this.heard(shardOf(a.keyId, a.windowId, this.cfg.shards));
     if (a.keep >= 0 && b.credit > a.keep) {
-      b.released += b.credit - a.keep;
-      b.dirty = true;
+      b.giveBack(b.credit - a.keep);
       const s = this.buckets.peek(a.keyId);
       if (s !== undefined) {
         this.touch(s);

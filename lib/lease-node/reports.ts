@@ -18,6 +18,14 @@ export abstract class NodeReports extends NodeDemand {
    * subjects (their credit given back) and of windows that ended with spends put off (`reportEnded`).
    */
   protected finalReports: Array<{ shard: number; report: Report }> = [];
+  /**
+   * Per shard whose owner changed and may have had no log to replay (`resync`), the round from which
+   * its reports wait again for its slot (`NodeRound.slot`): a blind owner issues once every member
+   * has checked in since and it has read their reports, so what this node holds and spent there, and
+   * credit granted ahead that lands meanwhile, goes out every round as before slots, for RESYNC_ROUNDS
+   * from the resync or from a batch the link could not send.
+   */
+  protected readonly resynced = new Map<number, number>();
 
   /**
    * Queues the final report of a bucket whose window has ended, if it put off reporting some of what
@@ -54,6 +62,7 @@ export abstract class NodeReports extends NodeDemand {
 
   /** A batch the link could not send: its buckets are reported again next round (counts are cumulative). */
   private unsent(batch: ReportBatch): void {
+    if (this.resynced.has(batch.shard)) this.resynced.set(batch.shard, this.roundNo + 1 + RESYNC_ROUNDS);
     for (const r of batch.reports) {
       const s = this.buckets.peek(r.keyId);
       const b = this.bucketFor(r.keyId, r.windowMs, this.cfg.nodeEpoch, r.lease);
@@ -100,7 +109,7 @@ export abstract class NodeReports extends NodeDemand {
    */
   protected report(keyId: string, windowMs: number, limit: number, b: Bucket, fixed = false, demand = this.demandOf(b, limit)): Report {
     b.reportedDemand = demandMark(demand);
-    b.unreported = false;
+    b.reported();
     const r: Report = {
       keyId,
       windowId: b.windowId,
@@ -125,4 +134,11 @@ export abstract class NodeReports extends NodeDemand {
  * `r` saying what of its credit came out of an owner's float (`Report.floated`) and what it took
  * itself under a blanket (`Report.blanketed`), when any did.
  */
+/**
+ * Rounds after a resync of a shard (or a batch of it the link could not send) in which none of its
+ * reports waits for its slot: past a blind owner's settling (9 rounds), counted in this node's rounds,
+ * so a stall of its own stretches it.
+ */
+export const RESYNC_ROUNDS = 16;
+
 const withParts = (r: Report, floated: number, blanketed: boolean): Report => (floated > 0 || blanketed ? { ...r, ...(floated > 0 ? { floated } : {}), ...(blanketed ? { blanketed: HELD } : {}) } : r);

@@ -5,6 +5,7 @@ import { windowIdAt } from '../window.js';
 import { NodeAsks } from './asks.js';
 import { AHEAD_ROUNDS, ASK_AHEAD_ROUNDS, SLOT_ROUNDS } from './boundary.js';
 import { demandMark } from './demand.js';
+import { RESYNC_ROUNDS } from './reports.js';
 
 /** A quiet bucket with fading demand is reported once in this many rounds. */
 const IDLE_REPORT_ROUNDS = 8;
@@ -38,8 +39,6 @@ export abstract class NodeRound extends NodeAsks {
   private quietFleet = 0;
   private paceAt = 0;
   private paceRound = 0;
-  /** Shards whose batch goes out at the end of this round whatever their slot (`resync`). */
-  private readonly resynced = new Set<number>();
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
@@ -49,7 +48,7 @@ export abstract class NodeRound extends NodeAsks {
    */
   resync(shards: ReadonlySet<number>): void {
     const now = this.clock.now();
-    for (const s of shards) this.resynced.add(s);
+    for (const s of shards) this.resynced.set(s, this.roundNo + RESYNC_ROUNDS);
     for (const s of this.buckets.values()) {
       this.wake(s);
       let any = false;
@@ -171,11 +170,15 @@ export abstract class NodeRound extends NodeAsks {
           }
         }
         // Ask the next window's owner (another shard) for credit ahead of the rollover: in the window's
-        // last AHEAD_ROUNDS, or under a plentiful plan in that shard's slot (`SLOT_ROUNDS`).
+        // last AHEAD_ROUNDS; under a plentiful plan while nothing is granted ahead, in that shard's slot
+        // (`SLOT_ROUNDS`) or in the last AHEAD_ROUNDS, and every round while that shard was resynced
+        // (credit granted ahead by an owner that may have had no log is restated to the next).
         const left = b.windowEnd - now;
         if (left <= ASK_AHEAD_ROUNDS * this.cfg.roundMs) {
           const shard = shardOf(s.keyId, b.windowId + 1, this.cfg.shards);
-          const ask = s.limits.fixedShare || !this.plentiful(w.limit) ? left <= AHEAD_ROUNDS * this.cfg.roundMs : this.slot(shard) || (left <= this.cfg.roundMs && b.nextWindowId !== b.windowId + 1);
+          const last = left <= AHEAD_ROUNDS * this.cfg.roundMs;
+          const granted = b.nextWindowId === b.windowId + 1;
+          const ask = s.limits.fixedShare || !this.plentiful(w.limit) ? last : this.resynced.has(shard) || (!granted && (last || this.slot(shard)));
           if (ask) this.queue(byShard, shard, this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));
         }
         b.dirty = false;
@@ -194,21 +197,23 @@ export abstract class NodeRound extends NodeAsks {
     // stays dirty, and its subject is not passed over.
     for (const x of waiting) {
       if (!byShard.has(x.shard)) {
+        // Said by `reportEnded` if its window ends first (late rounds).
         x.b.dirty = true;
+        x.b.unreported = true;
         continue;
       }
       this.queue(byShard, x.shard, this.report(x.s.keyId, x.b.windowMs, x.limit, x.b, false, x.demand));
       if (x.spent) x.b.reportedRound = this.roundNo;
     }
-    this.resynced.clear();
     this.forgetEndedSelfGrants(now);
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
+    for (const [shard, until] of this.resynced) if (until <= this.roundNo + 1) this.resynced.delete(shard);
     this.roundNo++;
     return batches;
   }
 
-  /** Whether `shard`'s batch goes out this round with reports that could wait: its slot, or a resync. */
+  /** Whether `shard`'s batch goes out this round with reports that could wait: its slot, or a resync's rounds. */
   private slot(shard: number): boolean {
     return (this.roundNo + shard) % SLOT_ROUNDS === 0 || this.resynced.has(shard);
   }

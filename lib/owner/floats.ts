@@ -1,3 +1,4 @@
+import { ASK_AHEAD_ROUNDS, SKEW_ROUNDS } from '../lease-node.js';
 import { FLOAT_PREFIX, HELD, leaseFor, leaseIn, type Float, type Lease, type Ledger, type LedgerStore } from '../ledger-store.js';
 import type { Grant } from '../protocol/messages.js';
 import type { Blanket, Blankets } from './blankets.js';
@@ -11,8 +12,8 @@ import type { CreditPool } from './pool.js';
 /** Refills a float waits for its log write before writing its grant again. */
 const RELOG_ROUNDS = 4;
 
-/** How far ahead of a window's start a node's report makes its float: its two rounds ahead, and skew. */
-const AHEAD_FLOAT_ROUNDS = 4;
+/** How far ahead of a window's start a node's report makes its float: its rounds ahead, and skew. */
+const AHEAD_FLOAT_ROUNDS = ASK_AHEAD_ROUNDS + SKEW_ROUNDS;
 
 /** A float holds at least this much (while the window has it), and at most a quarter of the allowance (at least 1). */
 const FLOAT_MIN = 2;

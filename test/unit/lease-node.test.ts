@@ -634,9 +634,11 @@ describe('lease node: the decision path', () => {
     ] as const) {
       it(`under a plan of ${limit} (plentiful for 4 nodes), it asks for ${demand} request(s) in its window and ahead: a standing lease`, async () => {
         const { current, next } = await requestThenQuiet(0, perMinute(limit));
-        // Reported in its request's round; quiet rounds would say the same demand again, so not then.
+        // Reported once; quiet rounds would say the same demand again, so not then. Asked ahead in each
+        // of the window's last two rounds (nothing is granted ahead here), and in the next shard's slot
+        // before them if it falls there (`SLOT_ROUNDS`).
         expect(current).to.have.length(1);
-        expect(next).to.have.length(2);
+        expect(next.length).to.be.within(2, 3);
         expect([...current, ...next].every((d) => d === demand)).to.equal(true);
       });
     }

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import { FakeClock } from '../../lib/clock.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
-import { ASK_AHEAD_ROUNDS, SKEW_ROUNDS, SLOT_ROUNDS } from '../../lib/lease-node/boundary.js';
+import { AHEAD_ROUNDS, ASK_AHEAD_ROUNDS, SKEW_ROUNDS, SLOT_ROUNDS } from '../../lib/lease-node/boundary.js';
 import { PLENTIFUL } from '../../lib/lease-node/demand.js';
+import { RESYNC_ROUNDS } from '../../lib/lease-node/reports.js';
 import { SILENT_ROUNDS } from '../../lib/membership.js';
 import { compilePolicy } from '../../lib/policy.js';
 import { shardOf, type ReportBatch } from '../../lib/protocol/messages.js';
@@ -140,6 +141,21 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
       expect(nextRound(plentiful.limitsFor(KEY, 't'), 10, 5 * R)).to.have.length(0);
     });
 
+    it('credit given back (a recall), even to an owner in its own process, whose release waits for the round', () => {
+      const { link, node } = setup(10, 30_000, true);
+      (link as RecordingLink & { local: () => boolean }).local = () => true;
+      node.acquire(KEY, plentiful.limitsFor(KEY, 't'));
+      const b = node.buckets.peek(KEY)!.buckets[0]!;
+      expect(
+        node.applyAdjust({ type: 'adjust', keyId: KEY, windowId: b.windowId, windowMs: 60_000, nodeId: 'n1', nodeEpoch: 'e1', lease: b.lease, grantSeq: 1, ownerEpoch: 1, keep: 2, exhausted: false }),
+      ).to.equal(true);
+      const sent = node
+        .endRound()
+        .flatMap((x) => x.reports)
+        .filter((r) => r.keyId === KEY);
+      expect(sent.map((r) => [r.released, r.held])).to.deep.equal([[7, 2]]);
+    });
+
     it('a resync of its shard, for what it holds and spent', () => {
       const { node, shard } = setup(10, 30_000, true);
       node.acquire(KEY, plentiful.limitsFor(KEY, 't'));
@@ -150,6 +166,97 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
         .filter((r) => r.keyId === KEY);
       expect(sent.map((r) => [r.spent, r.held])).to.deep.equal([[1, 9]]);
     });
+  });
+
+  describe('after a resync (an owner that may have had no log)', () => {
+    /** `n` keys whose 60 s window now is in `shard`: a first request of each is a report that can wait. */
+    const keysIn = (clock: FakeClock, shard: number, n: number): string[] => {
+      const out: string[] = [];
+      for (let i = 0; out.length < n; i++) {
+        const k = `v1:SHARD${String(i).padStart(17, '0')}`;
+        if (shardOf(k, windowIdAt(clock.now(), 60_000, phaseOffset(k, 60_000)), SHARDS) === shard) out.push(k);
+      }
+      return out;
+    };
+
+    /** Rounds of `node` with a new key of `keys` each: for each, whether `shard` sent a batch, and whether it was its slot. */
+    function sends(node: LeaseNode, clock: FakeClock, shard: number, keys: string[]): Array<[boolean, boolean]> {
+      return keys.map((k) => {
+        node.acquire(k, plentiful.limitsFor(k, 't'));
+        const round = node.endRound().find((x) => x.shard === shard)?.round;
+        clock.advance(R);
+        return [round !== undefined, round !== undefined && (round - 1 + shard) % SLOT_ROUNDS === 0];
+      });
+    }
+
+    it(`nothing of its shard waits for ${RESYNC_ROUNDS} rounds, then reports wait again`, () => {
+      const { clock, node, shard } = setup(10, 30_000, true);
+      const keys = keysIn(clock, shard, RESYNC_ROUNDS + 2 * SLOT_ROUNDS);
+      node.resync(new Set([shard]));
+      const at = sends(node, clock, shard, keys);
+      // Every round while the resync's rounds last; then only in its slots.
+      expect(at.slice(0, RESYNC_ROUNDS).every(([sent]) => sent)).to.equal(true);
+      expect(at.slice(RESYNC_ROUNDS).map(([sent, slot]) => sent === slot)).to.deep.equal(Array(2 * SLOT_ROUNDS).fill(true));
+      expect(at.slice(RESYNC_ROUNDS).filter(([sent]) => sent)).to.have.length(2);
+    });
+
+    it('a resync batch the link could not send does not end them', () => {
+      const { clock, link, node, shard } = setup(10, 30_000, true);
+      const keys = keysIn(clock, shard, RESYNC_ROUNDS + SLOT_ROUNDS);
+      let failing = 0;
+      const publish = link.publish.bind(link);
+      link.publish = (b) => (publish(b), failing-- <= 0);
+      node.resync(new Set([shard]));
+      sends(node, clock, shard, keys.slice(0, RESYNC_ROUNDS - 1));
+      failing = 1; // the last of the resync's rounds: its batch is not sent
+      sends(node, clock, shard, keys.slice(RESYNC_ROUNDS - 1, RESYNC_ROUNDS));
+      // Every one of the next rounds sends, slot or not.
+      expect(sends(node, clock, shard, keys.slice(RESYNC_ROUNDS)).map(([sent]) => sent)).to.deep.equal(Array(SLOT_ROUNDS).fill(true));
+    });
+
+    it('credit granted ahead that lands after a resync of the next shard is restated every round to the end', () => {
+      const { clock, end } = clockBefore(200, 1000);
+      const off = phaseOffset(KEY, 1000);
+      const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 10, 1)));
+      const node = new LeaseNode(nodeConfig(), clock, link);
+      const limits = plan(PLENTIFUL * FLEET * 100, 1000).limitsFor(KEY, 't');
+      const next = windowIdAt(end - 1, 1000, off) + 1;
+      node.acquire(KEY, limits);
+      rounds(node, clock, 8 - SLOT_ROUNDS); // SLOT_ROUNDS rounds left
+      node.resync(new Set([shardOf(KEY, next, SHARDS)]));
+      const lease = node.buckets.peek(KEY)!.buckets[0]!.lease;
+      const told: number[] = [];
+      for (let i = 0; i < SLOT_ROUNDS; i++) {
+        const r = node
+          .endRound()
+          .flatMap((x) => x.reports)
+          .find((y) => y.keyId === KEY && y.windowId === next);
+        told.push(r?.issued ?? -1);
+        // The grant of the owner it asked before lands after the first of these rounds.
+        if (i === 0) node.applyGrant({ type: 'grant', keyId: KEY, windowId: next, windowMs: 1000, nodeId: 'n1', nodeEpoch: 'e1', lease, grantSeq: 1, ownerEpoch: 1, issued: 3 });
+        clock.advance(R);
+      }
+      expect(told).to.deep.equal([0, 3, 3, 3]);
+    });
+  });
+
+  it("a report left waiting when its window ends before its slot (late rounds) is its window's final report", () => {
+    const { clock, end } = clockBefore(5 * R, 1000);
+    const off = phaseOffset(KEY, 1000);
+    const link = new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 10, 1)));
+    const node = new LeaseNode(nodeConfig(), clock, link);
+    const shard = shardOf(KEY, windowIdAt(clock.now(), 1000, off), SHARDS);
+    if (shard % SLOT_ROUNDS === 0) rounds(node, clock, 1);
+    const limits = plan(PLENTIFUL * FLEET * 100, 1000).limitsFor(KEY, 't');
+    node.acquire(KEY, limits);
+    const id = node.buckets.peek(KEY)!.buckets[0]!.windowId;
+    expect(roundsOf(node.endRound(), KEY, id)).to.have.length(0); // waits
+    clock.set(end + 3 * R); // the next round comes late, after the window's end
+    const final = node
+      .endRound()
+      .flatMap((x) => x.reports)
+      .filter((r) => r.keyId === KEY && r.windowId === id);
+    expect(final.map((r) => r.spent)).to.deep.equal([1]);
   });
 
   describe('asking ahead under a plentiful plan', () => {
@@ -177,16 +284,19 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
       return { asked, shard: shardOf(KEY, next, SHARDS) };
     }
 
-    it("asks once, in the next window's shard's slot among its last SLOT_ROUNDS rounds, when that brings credit ahead", () => {
-      const { asked } = lastRounds(true);
+    it("asks once, in the next window's shard's slot among its last SLOT_ROUNDS rounds or in the first of its last AHEAD_ROUNDS, when that brings credit ahead", () => {
+      const { asked, shard } = lastRounds(true);
       expect(asked).to.have.length(1);
-      expect(asked[0]).to.be.within(1, SLOT_ROUNDS);
+      expect(asked[0]).to.be.within(AHEAD_ROUNDS, SLOT_ROUNDS);
+      // Not before its slot, unless its slot is in the last AHEAD_ROUNDS.
+      if (asked[0]! > AHEAD_ROUNDS) expect(asked[0]).to.be.above(AHEAD_ROUNDS);
+      expect(shard).to.be.a('number');
     });
 
-    it('asks again in its last round while nothing is granted ahead', () => {
+    it('asks in each of its last AHEAD_ROUNDS while nothing is granted ahead', () => {
       const { asked } = lastRounds(false);
-      expect(asked[asked.length - 1]).to.equal(1);
-      expect(asked.length).to.be.within(1, 2);
+      expect(asked.slice(-AHEAD_ROUNDS)).to.deep.equal(Array.from({ length: AHEAD_ROUNDS }, (_, i) => AHEAD_ROUNDS - i));
+      expect(asked.length).to.be.within(AHEAD_ROUNDS, AHEAD_ROUNDS + 1);
       expect(asked.every((r) => r <= SLOT_ROUNDS)).to.equal(true);
     });
   });
@@ -225,12 +335,16 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
   });
 
   describe('F4 counts the earliest ask ahead', () => {
-    const selfGrants = (ms: number): boolean => selfGrant(ms).granted;
-
-    it(`only into a window that began ${ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS} rounds or more into the silence`, () => {
+    it(`under a plan of ${PLENTIFUL} or more (plentiful for some fleet): only into a window that began ${ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS} rounds or more into the silence`, () => {
       const rounds = ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS;
-      expect(selfGrants(rounds * R)).to.equal(true);
-      expect(selfGrants(rounds * R - 1)).to.equal(false);
+      expect(selfGrant(rounds * R, PLENTIFUL).granted).to.equal(true);
+      expect(selfGrant(rounds * R - 1, PLENTIFUL).granted).to.equal(false);
+    });
+
+    it(`under a smaller plan (asked ahead ${AHEAD_ROUNDS} rounds at most): ${AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS} rounds`, () => {
+      const rounds = AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS;
+      expect(selfGrant(rounds * R, PLENTIFUL - 1).granted).to.equal(true);
+      expect(selfGrant(rounds * R - 1, PLENTIFUL - 1).granted).to.equal(false);
     });
   });
 });
