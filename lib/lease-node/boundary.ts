@@ -4,7 +4,6 @@ import { SILENT_ROUNDS } from '../membership.js';
 import type { WindowSpec } from '../policy.js';
 import { shardOf } from '../protocol/messages.js';
 import { windowIdAt } from '../window.js';
-import { PLENTIFUL } from './demand.js';
 import { NodeReports } from './reports.js';
 
 /** Rounds before a window's end in which a node asks the next window's owner for credit ahead. */
@@ -66,12 +65,12 @@ export abstract class NodeBoundary extends NodeReports {
     const silence = this.silenceMs(shardOf(keyId, id, this.cfg.shards));
     // Only into a window that began well into the silence. Owners hold this node's possible
     // self-grant back from SILENT_ROUNDS after its last heartbeat, but may have granted credit for a
-    // window up to AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart),
-    // ASK_AHEAD_ROUNDS under a plan that is plentiful for some fleet (whatever size each node sees):
+    // window up to ASK_AHEAD_ROUNDS before it begins (by another node's clock, up to SKEW_ROUNDS apart;
+    // under any plan: another node may see the limit or the fleet that makes it plentiful otherwise):
     // credit already out before they held anything back. A window that began earlier (a first sight
     // mid-window, a key reloaded) gets no self-grant: its requests are refused, never over-admitted.
     const intoWindow = this.clock.now() - (b.windowEnd - windowMs);
-    const before = ((limit >= PLENTIFUL ? ASK_AHEAD_ROUNDS : AHEAD_ROUNDS) + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
+    const before = (ASK_AHEAD_ROUNDS + SILENT_ROUNDS + SKEW_ROUNDS) * this.cfg.roundMs;
     if (silence >= this.cfg.missedRoundsLimit * this.cfg.roundMs && silence - intoWindow >= before && silence <= this.cfg.degradedAfterMs) {
       // Once per key and window, even if the bucket is evicted and reloaded meanwhile: the owners'
       // holdback covers one self-grant per node per window, not one per reload.

@@ -9,7 +9,7 @@ import { NodeBoundary } from './boundary.js';
  */
 export abstract class NodeMessages extends NodeBoundary {
   /** Highest owner epoch heard from for each shard: fencing against a deposed owner. */
-  private readonly ownerEpochs = new Float64Array(this.cfg.shards);
+  protected readonly ownerEpochs = new Float64Array(this.cfg.shards);
 
   /** Applies a message from an owner; returns whether it changed anything. */
   onMessage(m: OwnerMessage): boolean {

@@ -19,13 +19,15 @@ export abstract class NodeReports extends NodeDemand {
    */
   protected finalReports: Array<{ shard: number; report: Report }> = [];
   /**
-   * Per shard whose owner changed and may have had no log to replay (`resync`), the round from which
-   * its reports wait again for its slot (`NodeRound.slot`): a blind owner issues once every member
-   * has checked in since and it has read their reports, so what this node holds and spent there, and
-   * credit granted ahead that lands meanwhile, goes out every round as before slots, for RESYNC_ROUNDS
-   * from the resync or from a batch the link could not send.
+   * Shards whose owner changed and may have had no log to replay (`resync`): none of their reports
+   * waits for its slot (`NodeRound.slot`), and asks ahead there go every round, until this node has
+   * heard from an owner of that shard newer than it had (`epoch`; a deposed owner's grant landing
+   * later is fenced off, L4) and RESYNC_ROUNDS of its rounds have passed since the resync or a batch
+   * of that shard the link could not send (`until`). A blind owner issues once every member has checked
+   * in since and it has read their reports: what this node holds and spent there, and credit an earlier
+   * owner granted ahead that lands meanwhile, goes to it every round, as before slots.
    */
-  protected readonly resynced = new Map<number, number>();
+  protected readonly resynced = new Map<number, { epoch: number; until: number }>();
 
   /**
    * Queues the final report of a bucket whose window has ended, if it put off reporting some of what
@@ -62,12 +64,15 @@ export abstract class NodeReports extends NodeDemand {
 
   /** A batch the link could not send: its buckets are reported again next round (counts are cumulative). */
   private unsent(batch: ReportBatch): void {
-    if (this.resynced.has(batch.shard)) this.resynced.set(batch.shard, this.roundNo + 1 + RESYNC_ROUNDS);
+    const r = this.resynced.get(batch.shard);
+    if (r !== undefined) r.until = this.roundNo + 1 + RESYNC_ROUNDS;
     for (const r of batch.reports) {
       const s = this.buckets.peek(r.keyId);
       const b = this.bucketFor(r.keyId, r.windowMs, this.cfg.nodeEpoch, r.lease);
       if (s === undefined || b === undefined || s.evicted) continue;
-      b.dirty = true;
+      // What it gave back is untold again: that report never waits for its slot either.
+      if (r.released > 0) b.giveBack(0);
+      else b.dirty = true;
       this.touch(s);
     }
   }
@@ -136,8 +141,8 @@ export abstract class NodeReports extends NodeDemand {
  */
 /**
  * Rounds after a resync of a shard (or a batch of it the link could not send) in which none of its
- * reports waits for its slot: past a blind owner's settling (9 rounds), counted in this node's rounds,
- * so a stall of its own stretches it.
+ * reports waits for its slot, at least (`resynced`): past a blind owner's settling (9 rounds), counted
+ * in this node's rounds, so a stall of its own stretches it.
  */
 export const RESYNC_ROUNDS = 16;
 

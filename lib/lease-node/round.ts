@@ -48,7 +48,7 @@ export abstract class NodeRound extends NodeAsks {
    */
   resync(shards: ReadonlySet<number>): void {
     const now = this.clock.now();
-    for (const s of shards) this.resynced.set(s, this.roundNo + RESYNC_ROUNDS);
+    for (const s of shards) this.resynced.set(s, { epoch: this.ownerEpochs[s]!, until: this.roundNo + RESYNC_ROUNDS });
     for (const s of this.buckets.values()) {
       this.wake(s);
       let any = false;
@@ -208,7 +208,7 @@ export abstract class NodeRound extends NodeAsks {
     this.forgetEndedSelfGrants(now);
     const batches: ReportBatch[] = [];
     for (const [shard, reports] of byShard) batches.push(this.send(shard, reports));
-    for (const [shard, until] of this.resynced) if (until <= this.roundNo + 1) this.resynced.delete(shard);
+    for (const [shard, r] of this.resynced) if (r.until <= this.roundNo + 1 && this.ownerEpochs[shard]! > r.epoch) this.resynced.delete(shard);
     this.roundNo++;
     return batches;
   }
