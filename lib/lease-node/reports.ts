@@ -5,6 +5,13 @@ import { shardOf, type Report, type ReportBatch } from '../protocol/messages.js'
 import { demandMark, NodeDemand } from './demand.js';
 
 /**
+ * Rounds after a resync of a shard (or a batch of it the link could not send) in which none of its
+ * reports waits for its slot, at least (`resynced`): past a blind owner's settling (9 rounds), counted
+ * in this node's rounds, so a stall of its own stretches it.
+ */
+export const RESYNC_ROUNDS = 16;
+
+/**
  * What a node tells the owners of its shards: per bucket a report of its cumulative counts and the
  * demand it advertises, numbered so an owner keeps the newest; per shard a batch of them, at the end
  * of the round (B2) or at once for what a recall released. What the link could not send is reported
@@ -64,8 +71,8 @@ export abstract class NodeReports extends NodeDemand {
 
   /** A batch the link could not send: its buckets are reported again next round (counts are cumulative). */
   private unsent(batch: ReportBatch): void {
-    const r = this.resynced.get(batch.shard);
-    if (r !== undefined) r.until = this.roundNo + 1 + RESYNC_ROUNDS;
+    const resynced = this.resynced.get(batch.shard);
+    if (resynced !== undefined) resynced.until = this.roundNo + 1 + RESYNC_ROUNDS;
     for (const r of batch.reports) {
       const s = this.buckets.peek(r.keyId);
       const b = this.bucketFor(r.keyId, r.windowMs, this.cfg.nodeEpoch, r.lease);
@@ -139,11 +146,4 @@ export abstract class NodeReports extends NodeDemand {
  * `r` saying what of its credit came out of an owner's float (`Report.floated`) and what it took
  * itself under a blanket (`Report.blanketed`), when any did.
  */
-/**
- * Rounds after a resync of a shard (or a batch of it the link could not send) in which none of its
- * reports waits for its slot, at least (`resynced`): past a blind owner's settling (9 rounds), counted
- * in this node's rounds, so a stall of its own stretches it.
- */
-export const RESYNC_ROUNDS = 16;
-
 const withParts = (r: Report, floated: number, blanketed: boolean): Report => (floated > 0 || blanketed ? { ...r, ...(floated > 0 ? { floated } : {}), ...(blanketed ? { blanketed: HELD } : {}) } : r);

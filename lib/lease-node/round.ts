@@ -213,7 +213,7 @@ export abstract class NodeRound extends NodeAsks {
     return batches;
   }
 
-  /** Whether `shard`'s batch goes out this round with reports that could wait: its slot, or a resync's rounds. */
+  /** Whether `shard`'s batch goes out this round with reports that could wait: its slot, or it is resynced. */
   private slot(shard: number): boolean {
     return (this.roundNo + shard) % SLOT_ROUNDS === 0 || this.resynced.has(shard);
   }
