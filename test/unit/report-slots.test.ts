@@ -63,6 +63,19 @@ function setup(grant = 10, before = 30_000, notSlot = false) {
 const roundsOf = (batches: readonly ReportBatch[], key: string, windowId?: number): number[] =>
   batches.filter((b) => b.reports.some((r) => r.keyId === key && (windowId === undefined || r.windowId === windowId))).map((b) => b.round);
 
+/** KEY's reports in the batches of the round `node` ends now. */
+const keyReports = (node: LeaseNode) =>
+  node
+    .endRound()
+    .flatMap((x) => x.reports)
+    .filter((r) => r.keyId === KEY);
+
+/** A recall of KEY's 60 s bucket down to `keep`, from its owner of epoch 1: whether it applied. */
+function recall(node: LeaseNode, keep: number): boolean {
+  const b = node.buckets.peek(KEY)!.buckets[0]!;
+  return node.applyAdjust({ type: 'adjust', keyId: KEY, windowId: b.windowId, windowMs: 60_000, nodeId: 'n1', nodeEpoch: 'e1', lease: b.lease, grantSeq: 1, ownerEpoch: 1, keep, exhausted: false });
+}
+
 /** Ends `n` rounds, `R` ms apart. */
 function rounds(node: LeaseNode, clock: FakeClock, n: number): void {
   for (let i = 0; i < n; i++) {
@@ -147,15 +160,8 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
       const { link, node } = setup(10, 30_000, true);
       (link as RecordingLink & { local: () => boolean }).local = () => true;
       node.acquire(KEY, plentiful.limitsFor(KEY, 't'));
-      const b = node.buckets.peek(KEY)!.buckets[0]!;
-      expect(
-        node.applyAdjust({ type: 'adjust', keyId: KEY, windowId: b.windowId, windowMs: 60_000, nodeId: 'n1', nodeEpoch: 'e1', lease: b.lease, grantSeq: 1, ownerEpoch: 1, keep: 2, exhausted: false }),
-      ).to.equal(true);
-      const sent = node
-        .endRound()
-        .flatMap((x) => x.reports)
-        .filter((r) => r.keyId === KEY);
-      expect(sent.map((r) => [r.released, r.held])).to.deep.equal([[7, 2]]);
+      expect(recall(node, 2)).to.equal(true);
+      expect(keyReports(node).map((r) => [r.released, r.held])).to.deep.equal([[7, 2]]);
     });
 
     it('credit given back whose report the link could not send', () => {
@@ -164,29 +170,20 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
       // Rounds so that the next two are not the shard's slot (rounds count from 0 here).
       rounds(node, clock, (SLOT_ROUNDS + 1 - (shard % SLOT_ROUNDS)) % SLOT_ROUNDS);
       node.acquire(KEY, plentiful.limitsFor(KEY, 't'));
-      const b = node.buckets.peek(KEY)!.buckets[0]!;
-      node.applyAdjust({ type: 'adjust', keyId: KEY, windowId: b.windowId, windowMs: 60_000, nodeId: 'n1', nodeEpoch: 'e1', lease: b.lease, grantSeq: 1, ownerEpoch: 1, keep: 2, exhausted: false });
+      recall(node, 2);
       const publish = link.publish.bind(link);
       link.publish = (x) => (publish(x), false);
       expect(roundsOf(node.endRound(), KEY)).to.have.length(1); // made, not sent
       link.publish = publish;
       clock.advance(R);
-      const sent = node
-        .endRound()
-        .flatMap((x) => x.reports)
-        .filter((r) => r.keyId === KEY);
-      expect(sent.map((r) => r.released)).to.deep.equal([7]);
+      expect(keyReports(node).map((r) => r.released)).to.deep.equal([7]);
     });
 
     it('a resync of its shard, for what it holds and spent', () => {
       const { node, shard } = setup(10, 30_000, true);
       node.acquire(KEY, plentiful.limitsFor(KEY, 't'));
       node.resync(new Set([shard]));
-      const sent = node
-        .endRound()
-        .flatMap((x) => x.reports)
-        .filter((r) => r.keyId === KEY);
-      expect(sent.map((r) => [r.spent, r.held])).to.deep.equal([[1, 9]]);
+      expect(keyReports(node).map((r) => [r.spent, r.held])).to.deep.equal([[1, 9]]);
     });
   });
 
