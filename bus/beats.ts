@@ -1,11 +1,22 @@
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
 import type { HeldShard, HeldStatement } from '../lib/owner/held.js';
+import { decodeBeat, type ReadHeld } from './bodies.js';
+import { sameJson } from './body-readers.js';
+import { heldStatementRec } from './lease-records.js';
 import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
 import type { RedisBusStats } from './redis-bus-types.js';
 import type { NodeIdentity } from './types.js';
 
 /** How long `local` keeps a round reply's clock sample before a slower one may replace it. */
 const CLOCK_SAMPLE_MS = 10_000;
+/**
+ * A held part is carried whole in the statements of the rounds it changed in, and this many after
+ * (a member reads a statement each of its own rounds, which run at their own pace), then in every
+ * HELD_WHOLE_EVERY-th: the rest carry its tag only (`BeatStatement.heldTag`). A member that missed
+ * them (joined since, or its rounds stalled) asks until the next one that carries it.
+ */
+const HELD_WHOLE_AFTER = 3;
+const HELD_WHOLE_EVERY = 40;
 /** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
 const MAX_STATEMENT = 65_536;
 /** Characters of a statement its blankets' held parts may take at most: the shards beyond are left out. */
@@ -33,6 +44,14 @@ export class BeatStatements {
   private clockSample: { sent: number; rtt: number; redis: number; at: number } | undefined;
   /** Members whose statement is refused now (counted once as they turn so, not at every round). */
   private readonly refused = new Set<string>();
+  /**
+   * Per member, its last statement that verified: as stored, as opened, and its held part as read
+   * (`decodeBeat`). A statement changes every round (its contact times), its held part about once a
+   * second, and each round every member reads every member's.
+   */
+  private readonly opened = new Map<string, { field: string; body: Bodies['beat']; held: ReadHeld | undefined }>();
+  /** This process's held part as last stated, encoded; its tag; statements sealed since it changed. */
+  private stated: { encoded: unknown; tag: number; since: number } = { encoded: undefined, tag: 0, since: 0 };
 
   constructor(
     private readonly codec: EnvelopeCodec,
@@ -63,6 +82,7 @@ export class BeatStatements {
   /** A member is forgotten: a statement of a member by that name is counted again once refused. */
   forget(nodeId: string): void {
     this.refused.delete(nodeId);
+    this.opened.delete(nodeId);
   }
 
   /**
@@ -84,9 +104,23 @@ export class BeatStatements {
       if (g === undefined) groups.set(at, [s]);
       else g.push(s);
     }
-    // As many held parts as fit the budget (members of the rest ask, as before).
-    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, reaches: true, held: budgeted(held) };
+    const statement = { freshAt: Math.max(0, c.freshAt), stale: [...groups], selfGranted: [...b.selfGranted], blankets: true, holds: true, reaches: true, ...this.heldPart(held) };
     return EnvelopeCodec.toJson(this.codec.seal('beat', { nodeId, nodeEpoch, statement, ...(membership === 'leave' ? { left: true } : {}) }));
+  }
+
+  /**
+   * The held part as this statement carries it: as many shards as fit the budget (members of the rest
+   * ask, as before), whole or by its tag only (HELD_WHOLE_AFTER, HELD_WHOLE_EVERY); nothing if none.
+   */
+  private heldPart(held: HeldStatement): Pick<BeatStatement, 'held' | 'heldTag'> {
+    const h = budgeted(held);
+    if (h.shards.length === 0) return {};
+    const encoded = heldStatementRec.encode(h);
+    const s = this.stated;
+    if (!sameJson(encoded, s.encoded)) this.stated = { encoded, tag: s.tag + 1, since: 0 };
+    const { tag, since } = this.stated;
+    this.stated.since++;
+    return since <= HELD_WHOLE_AFTER || since % HELD_WHOLE_EVERY === 0 ? { held: h, heldTag: tag } : { heldTag: tag };
   }
 
   /**
@@ -96,13 +130,17 @@ export class BeatStatements {
    */
   open(nodeId: string, field: string): Bodies['beat'] | undefined {
     if (field === '') return undefined;
+    const before = this.opened.get(nodeId);
+    if (before?.field === field) return before.body;
     let reason: RejectReason;
     try {
       if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
-      const env = this.codec.open(EnvelopeCodec.fromJson(field));
-      if (env.t === 'beat' && env.body.nodeId === nodeId) {
+      const { t, raw } = this.codec.verified(EnvelopeCodec.fromJson(field));
+      const read = t === 'beat' ? decodeBeat(raw, before?.held) : undefined;
+      if (read?.body.nodeId === nodeId) {
         this.refused.delete(nodeId);
-        return env.body;
+        this.opened.set(nodeId, { field, ...read });
+        return read.body;
       }
       reason = 'malformed';
     } catch (err) {
@@ -121,8 +159,19 @@ export class BeatStatements {
 export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): Heartbeat {
   const stale = new Map<number, number>();
   for (const [t, shards] of st.stale) for (const s of shards) stale.set(s, at(t));
-  const shards = new Map<number, HeldShard>();
-  for (const h of st.held?.shards ?? []) shards.set(h.shard, h);
-  const held = { holders: st.held?.holders ?? [], shards };
-  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, reaches: st.reaches === true, held };
+  return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, reaches: st.reaches === true, held: heldOf(st.held) };
+}
+
+/** A statement's held part as an owner keeps it, by shard: made once per held part read (`decodeBeat` keeps it while unchanged). */
+const kept = new WeakMap<HeldStatement, NonNullable<Heartbeat['held']>>();
+const NO_HELD: NonNullable<Heartbeat['held']> = { holders: [], shards: new Map() };
+function heldOf(h: HeldStatement | undefined): NonNullable<Heartbeat['held']> {
+  if (h === undefined) return NO_HELD;
+  let held = kept.get(h);
+  if (held === undefined) {
+    const shards = new Map<number, HeldShard>();
+    for (const x of h.shards) shards.set(x.shard, x);
+    kept.set(h, (held = { holders: h.holders, shards }));
+  }
+  return held;
 }

@@ -73,6 +73,12 @@ export interface BeatStatement {
    * epoch, startsAfter, startsBy, min, reach?]…]].
    */
   held?: HeldStatement;
+  /**
+   * Which held part this process states (`BeatStatements.seal`): one higher whenever it changes. A
+   * statement carries the part whole when it changed and for a few statements after, and every so
+   * often; the others carry only this. Absent from an older release's, and with no held part.
+   */
+  heldTag?: number;
 }
 
 /** A node process's fast-path listener. */
@@ -142,6 +148,7 @@ const decodeStatement = object<BeatStatement>({
   holds: optional(bool),
   reaches: optional(bool),
   held: optional(heldStatementRec.decode),
+  heldTag: optional(posint),
 });
 
 /** Each read quietly (`quietly`): paths are built only to name the field of a body that is rejected. */
@@ -157,6 +164,31 @@ export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   beat: quietly(object({ nodeId: str, nodeEpoch: str, statement: decodeStatement, left: optional(bool) })),
   fence: quietly(object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str, settled: optional(bool) })),
 };
+
+/** A member's held part as a reader kept it (`decodeBeat`): the process that stated it, under which tag. */
+export interface ReadHeld {
+  readonly nodeEpoch: string;
+  readonly tag: number;
+  readonly held: HeldStatement;
+}
+
+/**
+ * A heartbeat body as `decoders.beat` reads it, its held part tagged (`BeatStatement.heldTag`) taken
+ * from `before` when that is the same process's under the same tag — whether the statement carries
+ * it whole (not read again) or only its tag. A statement carrying only a tag this reader does not have
+ * states no held part to it: it asks, as without one, until a statement carries it whole. Also
+ * returns the held part to keep for the next statement.
+ */
+export function decodeBeat(raw: unknown, before: ReadHeld | undefined): { body: Bodies['beat']; held: ReadHeld | undefined } {
+  const r = raw as { nodeEpoch?: unknown; statement?: { held?: unknown; heldTag?: unknown } } | null;
+  const st = typeof r === 'object' && r !== null && typeof r.statement === 'object' && r.statement !== null ? r.statement : undefined;
+  const known = before !== undefined && st?.held !== undefined && r!.nodeEpoch === before.nodeEpoch && st.heldTag === before.tag;
+  const body = decoders.beat(known ? { ...r, statement: { ...st, held: undefined } } : raw, '');
+  const { heldTag: tag, held } = body.statement;
+  if (tag === undefined) return { body, held: undefined };
+  const kept = held !== undefined ? { nodeEpoch: body.nodeEpoch, tag, held } : before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
+  return { body: kept === undefined || held !== undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
+}
 
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
@@ -187,6 +219,7 @@ export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
       ...(b.statement.holds ? { holds: 1 } : {}),
       ...(b.statement.reaches ? { reaches: 1 } : {}),
       ...(b.statement.held !== undefined && b.statement.held.shards.length > 0 ? { held: heldStatementRec.encode(b.statement.held) } : {}),
+      ...(b.statement.heldTag !== undefined ? { heldTag: b.statement.heldTag } : {}),
     },
     ...(b.left ? { left: 1 } : {}),
   }),

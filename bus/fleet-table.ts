@@ -5,7 +5,7 @@ import { parseOwnerEntry } from './keys.js';
 import type { RedisBusOptions } from './redis-bus-types.js';
 import type { RoundReply } from './scripts.js';
 import type { HeldRange } from '../lib/node-contract.js';
-import { heldRanges } from './held-ranges.js';
+import { heldRanges, type HeldRangesMemo } from './held-ranges.js';
 import type { NodeIdentity } from './types.js';
 
 /** The largest fleet whose owners list members in their blankets (`holders`). */
@@ -67,6 +67,7 @@ export class FleetTable {
   readonly ownSelfGrants = new Map<number, number>();
   /** Per shard, what this process may take itself there (`heldFor`). */
   private heldRanges: ReadonlyArray<HeldRange | undefined> = [];
+  private readonly heldMemo: HeldRangesMemo = [];
   /** The last owner epoch seen per shard, kept while a shard has no owner. */
   private readonly knownEpochs: Array<number | undefined> = [];
   /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
@@ -174,7 +175,7 @@ export class FleetTable {
       this.maxEpoch = Math.max(this.maxEpoch, epoch);
       if (isOurs) ours.push({ shard: s, epoch, expiresAt: exp });
     }
-    this.heldRanges = heldRanges(this.table, this.members, me);
+    this.heldRanges = heldRanges(this.table, this.members, me, this.heldMemo);
     return { redisNow, ours, blind: new Set(blind.map(Number)) };
   }
 

@@ -1,5 +1,5 @@
 import type { HeldRange } from '../lib/node-contract.js';
-import type { HeldStatement } from '../lib/owner/held.js';
+import type { HeldShard, HeldStatement } from '../lib/owner/held.js';
 import type { Member, Ownership } from './fleet-table.js';
 import type { NodeIdentity } from './types.js';
 
@@ -13,7 +13,7 @@ import type { NodeIdentity } from './types.js';
  * owner's statement no longer counts once the table has moved on, and until then what it lets a member
  * take is on record in the log the next owner replays.
  */
-export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members: ReadonlyMap<string, Member>, me: NodeIdentity | undefined): Array<HeldRange | undefined> {
+export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members: ReadonlyMap<string, Member>, me: NodeIdentity | undefined, memo?: HeldRangesMemo): Array<HeldRange | undefined> {
   const out = new Array<HeldRange | undefined>(table.length);
   if (me === undefined) return out;
   table.forEach((o, s) => {
@@ -25,10 +25,20 @@ export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members:
     let x: HeldStatement['holders'][number] | undefined;
     if (h?.ownerEpoch === o.epoch) for (const y of held!.holders) if (y.nodeEpoch === me.nodeEpoch) x = y;
     if (h === undefined || x === undefined) return;
+    // The same held part and entry as at the last reply (a statement's held part is kept while unchanged: `decodeBeat`).
+    const was = memo?.[s];
+    if (was !== undefined && was.h === h && was.x === x) {
+      out[s] = was.range;
+      return;
+    }
     const after = Math.max(h.startsAfter, x.since);
     const by = Math.min(h.startsBy, x.until ?? h.startsBy);
     // A record listing `me` was taken (`by` is past its `since`): one reaching back, if the statement says so.
-    if (by > after) out[s] = { after, by, min: h.min, ...(h.reach === undefined ? {} : { reach: h.reach }) };
+    out[s] = by > after ? { after, by, min: h.min, ...(h.reach === undefined ? {} : { reach: h.reach }) } : undefined;
+    if (memo !== undefined) memo[s] = { h, x, range: out[s] };
   });
   return out;
 }
+
+/** Per shard, the held part and entry its last range was made from (`heldRanges`), kept by the caller between replies. */
+export type HeldRangesMemo = Array<{ h: HeldShard; x: HeldStatement['holders'][number]; range: HeldRange | undefined } | undefined>;

@@ -66,9 +66,20 @@ export interface OwnerEntry {
 
 /** Reads an owners-table field; anything missing reads as empty, or as 0 for the numbers. */
 export function parseOwnerEntry(value: string): OwnerEntry {
-  const [token = '', epoch = '0', exp = '0'] = value.split('|');
-  const [node = '', nodeEpoch = ''] = token.split('/');
-  return { node, nodeEpoch, epoch: Number(epoch), expiresAt: Number(exp) };
+  const token = part(value, '|', 0)!;
+  return { node: part(token, '/', 0)!, nodeEpoch: part(token, '/', 1) ?? '', epoch: Number(part(value, '|', 1) ?? '0'), expiresAt: Number(part(value, '|', 2) ?? '0') };
+}
+
+/** `s.split(sep)[n]`, without the array: every round reads the whole owners table. */
+function part(s: string, sep: string, n: number): string | undefined {
+  let from = 0;
+  for (let i = 0; i < n; i++) {
+    const at = s.indexOf(sep, from);
+    if (at < 0) return undefined;
+    from = at + 1;
+  }
+  const end = s.indexOf(sep, from);
+  return s.slice(from, end < 0 ? s.length : end);
 }
 
 /** What a node publishes of itself, once a second, in `frl:{ctl}:status` (the admin API's health view). */

@@ -97,4 +97,57 @@ describe('members’ credit under blankets, as the bus states it', () => {
     // Nothing to state: no key at all (an older release reads the same).
     expect(beats.open('o', beats.seal({ selfGranted: new Map(), contact: [] }, { nodeId: 'o', nodeEpoch: 'o-e1' }, 'stay'))!.statement.held).to.equal(undefined);
   });
+
+  describe('a held part carried whole only when it changed, and by its tag between', () => {
+    const codec = new EnvelopeCodec(BUS_SECRET.versions);
+    const statements = () => new BeatStatements(codec, { rejected: {} } as never, () => {});
+    const O = { nodeId: 'o', nodeEpoch: 'o-e1' };
+    const held = (startsBy: number): HeldStatement => ({ holders: [{ nodeEpoch: 'me-e1', since: 0 }], shards: [part(0, 5, startsBy), part(3, 5, startsBy)] });
+    const seal = (w: BeatStatements, h: HeldStatement, who = O) => w.seal({ selfGranted: new Map(), contact: [] }, who, 'stay', h);
+    const whole = (field: string): boolean => (JSON.parse((JSON.parse(field) as { b: string }).b) as { statement: { held?: unknown } }).statement.held !== undefined;
+
+    it('carries it whole the round it changed, the 3 after and every 40th; a reader that has it reads the rest as that part', () => {
+      const [writer, reader] = [statements(), statements()];
+      const fields = Array.from({ length: 81 }, () => seal(writer, held(5000)));
+      expect(fields.map((f, i) => (whole(f) ? i : -1)).filter((i) => i >= 0)).to.deep.equal([0, 1, 2, 3, 40, 80]);
+      for (const f of fields) expect(reader.open('o', f)!.statement.held).to.deep.equal(held(5000));
+    });
+
+    it('states none to a reader that missed every whole one, until the next whole one', () => {
+      const writer = statements();
+      const fields = Array.from({ length: 41 }, () => seal(writer, held(5000)));
+      const late = statements();
+      expect(late.open('o', fields[4]!)!.statement.held, 'a tag it does not have').to.equal(undefined);
+      expect(late.open('o', fields[39]!)!.statement.held).to.equal(undefined);
+      expect(late.open('o', fields[40]!)!.statement.held).to.deep.equal(held(5000));
+    });
+
+    it('tags a changed part anew, so a reader holding the old one never reads it for the new', () => {
+      const [writer, reader] = [statements(), statements()];
+      reader.open('o', seal(writer, held(5000)));
+      const changed = Array.from({ length: 5 }, () => seal(writer, held(6000)));
+      expect(changed.map(whole)).to.deep.equal([true, true, true, true, false]);
+      expect(reader.open('o', changed[4]!)!.statement.held, 'missed all four whole ones').to.equal(undefined);
+      expect(reader.open('o', changed[3]!)!.statement.held).to.deep.equal(held(6000));
+      expect(reader.open('o', changed[4]!)!.statement.held).to.deep.equal(held(6000));
+    });
+
+    it('never lends one process’s part to another under the same node id and tag', () => {
+      const reader = statements();
+      const first = statements();
+      reader.open('o', seal(first, held(5000)));
+      const restarted = statements();
+      const fields = Array.from({ length: 5 }, () => seal(restarted, held(9000), { nodeId: 'o', nodeEpoch: 'o-e2' }));
+      expect(reader.open('o', fields[4]!)!.statement.held).to.equal(undefined);
+    });
+
+    it('reads an older release’s statement, whole every time and untagged, as it is', () => {
+      const reader = statements();
+      // As an older release seals it: the part whole, no tag.
+      const older = (startsBy: number): string =>
+        EnvelopeCodec.toJson(codec.seal('beat', { ...O, statement: { freshAt: 1, stale: [], selfGranted: [], blankets: true, holds: true, held: held(startsBy) } }));
+      expect(reader.open('o', older(5000))!.statement.held!.shards[0]!.startsBy).to.equal(5000);
+      expect(reader.open('o', older(7000))!.statement.held!.shards[0]!.startsBy).to.equal(7000);
+    });
+  });
 });
