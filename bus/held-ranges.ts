@@ -14,30 +14,28 @@ import type { NodeIdentity } from './types.js';
  * take is on record in the log the next owner replays.
  */
 export function heldRanges(table: ReadonlyArray<Ownership | undefined>, members: ReadonlyMap<string, Member>, me: NodeIdentity | undefined, memo?: HeldRangesMemo): Array<HeldRange | undefined> {
-  const out = new Array<HeldRange | undefined>(table.length);
-  if (me === undefined) return out;
-  table.forEach((o, s) => {
-    if (o === undefined) return;
-    const m = members.get(o.owner);
-    const held = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held : undefined;
-    const h = held?.shards.get(s);
-    // Its latest entry: one that left and came back is listed again after its ended one.
-    let x: HeldStatement['holders'][number] | undefined;
-    if (h?.ownerEpoch === o.epoch) for (const y of held!.holders) if (y.nodeEpoch === me.nodeEpoch) x = y;
-    if (h === undefined || x === undefined) return;
-    // The same held part and entry as at the last reply (a statement's held part is kept while unchanged: `decodeBeat`).
-    const was = memo?.[s];
-    if (was !== undefined && was.h === h && was.x === x) {
-      out[s] = was.range;
-      return;
-    }
-    const after = Math.max(h.startsAfter, x.since);
-    const by = Math.min(h.startsBy, x.until ?? h.startsBy);
-    // A record listing `me` was taken (`by` is past its `since`): one reaching back, if the statement says so.
-    out[s] = by > after ? { after, by, min: h.min, ...(h.reach === undefined ? {} : { reach: h.reach }) } : undefined;
-    if (memo !== undefined) memo[s] = { h, x, range: out[s] };
-  });
-  return out;
+  return Array.from(table, (o, s) => heldRange(o, s, members, me, memo));
+}
+
+/** `heldRanges` of one shard, `s`, whose table entry is `o`. */
+export function heldRange(o: Ownership | undefined, s: number, members: ReadonlyMap<string, Member>, me: NodeIdentity | undefined, memo?: HeldRangesMemo): HeldRange | undefined {
+  if (o === undefined || me === undefined) return undefined;
+  const m = members.get(o.owner);
+  const held = m?.verified === true && m.epoch === o.ownerProcess ? m.beat?.held : undefined;
+  const h = held?.shards.get(s);
+  // Its latest entry: one that left and came back is listed again after its ended one.
+  let x: HeldStatement['holders'][number] | undefined;
+  if (h?.ownerEpoch === o.epoch) for (const y of held!.holders) if (y.nodeEpoch === me.nodeEpoch) x = y;
+  if (h === undefined || x === undefined) return undefined;
+  // The same held part and entry as last time (a statement's held part is kept while unchanged: `decodeBeat`).
+  const was = memo?.[s];
+  if (was !== undefined && was.h === h && was.x === x) return was.range;
+  const after = Math.max(h.startsAfter, x.since);
+  const by = Math.min(h.startsBy, x.until ?? h.startsBy);
+  // A record listing `me` was taken (`by` is past its `since`): one reaching back, if the statement says so.
+  const range = by > after ? { after, by, min: h.min, ...(h.reach === undefined ? {} : { reach: h.reach }) } : undefined;
+  if (memo !== undefined) memo[s] = { h, x, range };
+  return range;
 }
 
 /** Per shard, the held part and entry its last range was made from (`heldRanges`), kept by the caller between replies. */

@@ -4,6 +4,7 @@ import { EnvelopeCodec } from '../../bus/codec.js';
 import { FleetTable, type Member, type Ownership } from '../../bus/fleet-table.js';
 import { heldRanges } from '../../bus/held-ranges.js';
 import type { RedisBusOptions } from '../../bus/redis-bus-types.js';
+import type { RoundReply } from '../../bus/scripts.js';
 import { FakeClock } from '../../lib/clock.js';
 import type { Heartbeat } from '../../lib/membership.js';
 import type { HeldShard, HeldStatement } from '../../lib/owner/held.js';
@@ -149,5 +150,23 @@ describe('members’ credit under blankets, as the bus states it', () => {
       expect(reader.open('o', older(5000))!.statement.held!.shards[0]!.startsBy).to.equal(5000);
       expect(reader.open('o', older(7000))!.statement.held!.shards[0]!.startsBy).to.equal(7000);
     });
+  });
+
+  it('works a shard’s range out from the last round reply, when its node first asks after it', () => {
+    const codec = new EnvelopeCodec(BUS_SECRET.versions);
+    const opts = { shards: 8, roundMs: 25, degradedAfterMs: 30_000 } as RedisBusOptions;
+    const fleet = new FleetTable(opts, new FakeClock(), new BeatStatements(codec, { rejected: {} } as never, () => {}), () => ME);
+    const statement = new BeatStatements(codec, { rejected: {} } as never, () => {}).seal({ selfGranted: new Map(), contact: [] }, { nodeId: 'o', nodeEpoch: 'o-e1' }, 'stay', {
+      holders: [{ nodeEpoch: 'me-e1', since: 0 }],
+      shards: [part(0, 5), part(1, 5)],
+    });
+    const reply = (epoch: number): RoundReply => ['10000', ['o', '10000', 'o-e1', statement], ['0', `o/o-e1|${epoch}|20000`, '1', 'o/o-e1|5|20000'], [], [], []];
+    fleet.take(0, 0, reply(5));
+    expect(fleet.heldFor(0)).to.deep.equal({ after: 1000, by: 5000, min: 16_384 });
+    fleet.take(0, 0, reply(6));
+    expect(fleet.heldFor(0), 'the table moved to another owner epoch').to.equal(undefined);
+    expect(fleet.heldFor(1), 'first asked after the second reply').to.deep.equal({ after: 1000, by: 5000, min: 16_384 });
+    fleet.take(0, 0, reply(5));
+    expect(fleet.heldFor(0)).to.deep.equal({ after: 1000, by: 5000, min: 16_384 });
   });
 });
