@@ -61,6 +61,13 @@ export interface CpuRow {
   skipped?: string;
   /** Fleet only: CPU µs per request (of the loaded member) spent by each of the two other members. */
   othersUsPerRequest?: number[];
+  /**
+   * Fleet only: the loaded member's CPU ms per second while it carried no load (median over the
+   * rounds, measured over the run just before its own, half a minute after its last): its rounds'
+   * work, which any load pays for. Per request at the offered rate: `idleUsPerRequest`.
+   */
+  idleMsPerSecond?: number;
+  idleUsPerRequest?: number;
   stats?: Record<string, unknown> | undefined;
 }
 
@@ -136,11 +143,17 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
       t.row.warmupNon2xx = (await paced(t.servers[0]!.port, o.rate, o.warmupSeconds, o.keys, prefix)).non2xx;
     }
     const others: number[][] = [[], []];
+    // The loaded member, unloaded: measured over the run of the variant before its own.
+    const member = targets.find((t) => t.row.variant === 'fleet')?.servers[0];
+    const beforeFleet = targets[targets.findIndex((t) => t.row.variant === 'fleet') - 1];
+    const idle: number[] = [];
     for (let r = 1; r <= o.rounds; r++) {
       for (const t of targets) {
         if (t.servers.length === 0) continue;
         const before = t.servers.map((s) => cpuMs(s.pid));
+        const memberBefore = member === undefined || t !== beforeFleet ? undefined : { cpu: cpuMs(member.pid), at: performance.now() };
         const out = await paced(t.servers[0]!.port, o.rate, o.seconds, o.keys, prefix);
+        if (memberBefore !== undefined) idle.push(((cpuMs(member!.pid) - memberBefore.cpu) * 1000) / (performance.now() - memberBefore.at));
         const spent = t.servers.map((s, i) => cpuMs(s.pid) - before[i]!);
         const answered = Math.max(1, out.requests);
         const usPerRequest = round((spent[0]! * 1000) / answered);
@@ -160,7 +173,13 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
       const m = median(us);
       t.row.usPerRequest = round(m);
       t.row.spreadPct = round(((Math.max(...us) - Math.min(...us)) / m) * 100, 1);
-      if (t.row.variant === 'fleet') t.row.othersUsPerRequest = others.map((xs) => round(median(xs)));
+      if (t.row.variant === 'fleet') {
+        t.row.othersUsPerRequest = others.map((xs) => round(median(xs)));
+        if (idle.length > 0) {
+          t.row.idleMsPerSecond = round(median(idle), 1);
+          t.row.idleUsPerRequest = round((median(idle) * 1000) / o.rate);
+        }
+      }
       if (t.row.variant === 'limiter' || t.row.variant === 'fleet') t.row.stats = await t.servers[0]!.stats().catch(() => undefined);
     }
     return {

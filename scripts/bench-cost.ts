@@ -225,6 +225,10 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   const fleet = cpu.rows.find((r) => r.variant === 'fleet');
   if (fleet?.skipped) out.push(`  fleet skipped: ${fleet.skipped}`);
   else if (fleet?.othersUsPerRequest) out.push(`  the two unloaded fleet members spent ${fleet.othersUsPerRequest.join(' and ')} us per request of the loaded one`);
+  if (fleet?.idleMsPerSecond !== undefined)
+    out.push(
+      `  the loaded member, carrying no load (the run before its own), spent ${fleet.idleMsPerSecond} ms a second on its rounds: ${fleet.idleUsPerRequest} of its ${fleet.usPerRequest} us per request at ${cpu.options.rate} req/s`,
+    );
   out.push('', `Heap per active key (${c.memory.keys} keys, one ${c.memory.windowMs / 1000} s window): ${c.memory.note}`);
   out.push(table([['middleware', 'bytes/key'], ...c.memory.rows.map((r) => [r.what, r.bytesPerKey])]), '');
   out.push('Cost summary (JSON: instrOverBarePct, instrFirstSightOverBarePct, cpuOverBarePct, fleetCpuOverBarePct, bytesPerKey; cost.summary.beside for the others)');
