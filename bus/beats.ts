@@ -1,3 +1,4 @@
+import { randomInt } from 'node:crypto';
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
 import type { HeldShard, HeldStatement } from '../lib/owner/held.js';
 import { decodeBeat, type ReadHeld } from './bodies.js';
@@ -15,8 +16,8 @@ const CLOCK_SAMPLE_MS = 10_000;
  * HELD_WHOLE_EVERY-th: the rest carry its tag only (`BeatStatement.heldTag`). A member that missed
  * them (joined since, or its rounds stalled) asks until the next one that carries it.
  */
-const HELD_WHOLE_AFTER = 3;
-const HELD_WHOLE_EVERY = 40;
+const HELD_WHOLE_AFTER = 7;
+const HELD_WHOLE_EVERY = 20;
 /** A heartbeat statement longer than this is refused unread (one names at most 1,024 stale shards). */
 const MAX_STATEMENT = 65_536;
 /** Characters of a statement its blankets' held parts may take at most: the shards beyond are left out. */
@@ -50,8 +51,12 @@ export class BeatStatements {
    * second, and each round every member reads every member's.
    */
   private readonly opened = new Map<string, { field: string; body: Bodies['beat']; held: ReadHeld | undefined }>();
-  /** This process's held part as last stated, encoded; its tag; statements sealed since it changed. */
-  private stated: { encoded: unknown; tag: number; since: number } = { encoded: undefined, tag: 0, since: 0 };
+  /**
+   * This process's held part as last stated, encoded; its tag; statements sealed since it changed.
+   * Tags start anywhere, so that another instance stating under the same node epoch (an embedder
+   * reconnecting one identity) does not take up tags a reader holds another part under.
+   */
+  private stated: { encoded: unknown; tag: number; since: number } = { encoded: undefined, tag: randomInt(1, 2 ** 40), since: 0 };
 
   constructor(
     private readonly codec: EnvelopeCodec,
@@ -131,7 +136,10 @@ export class BeatStatements {
   open(nodeId: string, field: string): Bodies['beat'] | undefined {
     if (field === '') return undefined;
     const before = this.opened.get(nodeId);
-    if (before?.field === field) return before.body;
+    if (before?.field === field) {
+      this.refused.delete(nodeId);
+      return before.body;
+    }
     let reason: RejectReason;
     try {
       if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);

@@ -173,21 +173,18 @@ export interface ReadHeld {
 }
 
 /**
- * A heartbeat body as `decoders.beat` reads it, its held part tagged (`BeatStatement.heldTag`) taken
- * from `before` when that is the same process's under the same tag — whether the statement carries
- * it whole (not read again) or only its tag. A statement carrying only a tag this reader does not have
- * states no held part to it: it asks, as without one, until a statement carries it whole. Also
- * returns the held part to keep for the next statement.
+ * A heartbeat body as `decoders.beat` reads it, and its held part to keep for the next statement:
+ * one carrying only its tag (`BeatStatement.heldTag`) is read as the part kept, `before`, if that is
+ * the same process's under the same tag; as none otherwise (its member asks until a statement
+ * carries the part whole). A part carried whole is always read as it is.
  */
 export function decodeBeat(raw: unknown, before: ReadHeld | undefined): { body: Bodies['beat']; held: ReadHeld | undefined } {
-  const r = raw as { nodeEpoch?: unknown; statement?: { held?: unknown; heldTag?: unknown } } | null;
-  const st = typeof r === 'object' && r !== null && typeof r.statement === 'object' && r.statement !== null ? r.statement : undefined;
-  const known = before !== undefined && st?.held !== undefined && r!.nodeEpoch === before.nodeEpoch && st.heldTag === before.tag;
-  const body = decoders.beat(known ? { ...r, statement: { ...st, held: undefined } } : raw, '');
+  const body = decoders.beat(raw, '');
   const { heldTag: tag, held } = body.statement;
   if (tag === undefined) return { body, held: undefined };
-  const kept = held !== undefined ? { nodeEpoch: body.nodeEpoch, tag, held } : before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
-  return { body: kept === undefined || held !== undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
+  if (held !== undefined) return { body, held: { nodeEpoch: body.nodeEpoch, tag, held } };
+  const kept = before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
+  return { body: kept === undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
 }
 
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {

@@ -104,42 +104,55 @@ describe('members’ credit under blankets, as the bus states it', () => {
     const statements = () => new BeatStatements(codec, { rejected: {} } as never, () => {});
     const O = { nodeId: 'o', nodeEpoch: 'o-e1' };
     const held = (startsBy: number): HeldStatement => ({ holders: [{ nodeEpoch: 'me-e1', since: 0 }], shards: [part(0, 5, startsBy), part(3, 5, startsBy)] });
-    const seal = (w: BeatStatements, h: HeldStatement, who = O) => w.seal({ selfGranted: new Map(), contact: [] }, who, 'stay', h);
-    const whole = (field: string): boolean => (JSON.parse((JSON.parse(field) as { b: string }).b) as { statement: { held?: unknown } }).statement.held !== undefined;
+    // Each statement differs from the last, as a member's do every round (its contact, here its self-grants).
+    let round = 0;
+    const seal = (w: BeatStatements, h: HeldStatement, who = O) => w.seal({ selfGranted: new Map([[0, ++round]]), contact: [] }, who, 'stay', h);
+    const statementOf = (field: string) => (JSON.parse((JSON.parse(field) as { b: string }).b) as { statement: { held?: unknown; heldTag?: number } }).statement;
+    const whole = (field: string): boolean => statementOf(field).held !== undefined;
 
-    it('carries it whole the round it changed, the 3 after and every 40th; a reader that has it reads the rest as that part', () => {
+    it('carries it whole the round it changed, the 7 after and every 20th; a reader that has it reads the rest as that part', () => {
       const [writer, reader] = [statements(), statements()];
       const fields = Array.from({ length: 81 }, () => seal(writer, held(5000)));
-      expect(fields.map((f, i) => (whole(f) ? i : -1)).filter((i) => i >= 0)).to.deep.equal([0, 1, 2, 3, 40, 80]);
+      expect(fields.map((f, i) => (whole(f) ? i : -1)).filter((i) => i >= 0)).to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7, 20, 40, 60, 80]);
       for (const f of fields) expect(reader.open('o', f)!.statement.held).to.deep.equal(held(5000));
     });
 
     it('states none to a reader that missed every whole one, until the next whole one', () => {
       const writer = statements();
-      const fields = Array.from({ length: 41 }, () => seal(writer, held(5000)));
+      const fields = Array.from({ length: 21 }, () => seal(writer, held(5000)));
       const late = statements();
-      expect(late.open('o', fields[4]!)!.statement.held, 'a tag it does not have').to.equal(undefined);
-      expect(late.open('o', fields[39]!)!.statement.held).to.equal(undefined);
-      expect(late.open('o', fields[40]!)!.statement.held).to.deep.equal(held(5000));
+      expect(late.open('o', fields[8]!)!.statement.held, 'a tag it does not have').to.equal(undefined);
+      expect(late.open('o', fields[19]!)!.statement.held).to.equal(undefined);
+      expect(late.open('o', fields[20]!)!.statement.held).to.deep.equal(held(5000));
     });
 
     it('tags a changed part anew, so a reader holding the old one never reads it for the new', () => {
       const [writer, reader] = [statements(), statements()];
       reader.open('o', seal(writer, held(5000)));
-      const changed = Array.from({ length: 5 }, () => seal(writer, held(6000)));
-      expect(changed.map(whole)).to.deep.equal([true, true, true, true, false]);
-      expect(reader.open('o', changed[4]!)!.statement.held, 'missed all four whole ones').to.equal(undefined);
-      expect(reader.open('o', changed[3]!)!.statement.held).to.deep.equal(held(6000));
-      expect(reader.open('o', changed[4]!)!.statement.held).to.deep.equal(held(6000));
+      const changed = Array.from({ length: 9 }, () => seal(writer, held(6000)));
+      expect(changed.map(whole)).to.deep.equal([true, true, true, true, true, true, true, true, false]);
+      expect(reader.open('o', changed[8]!)!.statement.held, 'missed all eight whole ones').to.equal(undefined);
+      expect(reader.open('o', changed[7]!)!.statement.held).to.deep.equal(held(6000));
+      expect(reader.open('o', changed[8]!)!.statement.held).to.deep.equal(held(6000));
     });
 
     it('never lends one process’s part to another under the same node id and tag', () => {
       const reader = statements();
       const first = statements();
-      reader.open('o', seal(first, held(5000)));
+      const firstField = seal(first, held(5000));
+      reader.open('o', firstField);
       const restarted = statements();
-      const fields = Array.from({ length: 5 }, () => seal(restarted, held(9000), { nodeId: 'o', nodeEpoch: 'o-e2' }));
-      expect(reader.open('o', fields[4]!)!.statement.held).to.equal(undefined);
+      const fields = Array.from({ length: 9 }, () => seal(restarted, held(9000), { nodeId: 'o', nodeEpoch: 'o-e2' }));
+      expect(reader.open('o', fields[8]!)!.statement.held).to.equal(undefined);
+      const tag = statementOf(firstField).heldTag!;
+      reader.open('o', firstField);
+      // A part carried whole is read as carried, even under the tag the reader holds another part under.
+      const again = EnvelopeCodec.toJson(codec.seal('beat', { ...O, statement: { freshAt: 1, stale: [], selfGranted: [], holds: true, held: held(2000), heldTag: tag } }));
+      expect(reader.open('o', again)!.statement.held).to.deep.equal(held(2000));
+      const tagOnly = EnvelopeCodec.toJson(codec.seal('beat', { ...O, statement: { freshAt: 2, stale: [], selfGranted: [], holds: true, heldTag: tag } }));
+      expect(reader.open('o', tagOnly)!.statement.held).to.deep.equal(held(2000));
+      const sameTag = EnvelopeCodec.toJson(codec.seal('beat', { nodeId: 'o', nodeEpoch: 'o-e2', statement: { freshAt: 3, stale: [], selfGranted: [], holds: true, heldTag: tag } }));
+      expect(reader.open('o', sameTag)!.statement.held, 'another process under the tag the reader holds').to.equal(undefined);
     });
 
     it('reads an older release’s statement, whole every time and untagged, as it is', () => {
@@ -152,7 +165,7 @@ describe('members’ credit under blankets, as the bus states it', () => {
     });
   });
 
-  it('works a shard’s range out from the last round reply, when its node first asks after it', () => {
+  it('works a shard’s range out from the last round reply, not an earlier one', () => {
     const codec = new EnvelopeCodec(BUS_SECRET.versions);
     const opts = { shards: 8, roundMs: 25, degradedAfterMs: 30_000 } as RedisBusOptions;
     const fleet = new FleetTable(opts, new FakeClock(), new BeatStatements(codec, { rejected: {} } as never, () => {}), () => ME);
