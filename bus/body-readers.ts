@@ -119,8 +119,8 @@ export const pair =
   };
 
 /**
- * Whether two parsed JSON values are the same: equal primitives, or arrays of the same values. An
- * object is never the same as anything (a reader of arrays of records needs no more).
+ * Whether two JSON values are the same: equal primitives, or arrays of the same values. An object is
+ * never the same as anything: it compares encoded records, which are arrays.
  */
 export function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return typeof a !== 'object' || a === null;
