@@ -1,8 +1,6 @@
 import { randomInt } from 'node:crypto';
 import { statedContact, type Heartbeat, type NodeBeat } from '../lib/membership.js';
 import type { HeldShard, HeldStatement } from '../lib/owner/held.js';
-import { decodeBeat, type ReadHeld } from './bodies.js';
-import { sameJson } from './body-readers.js';
 import { heldStatementRec } from './lease-records.js';
 import { EnvelopeCodec, EnvelopeError, type BeatStatement, type Bodies, type RejectReason } from './codec.js';
 import type { RedisBusStats } from './redis-bus-types.js';
@@ -47,10 +45,10 @@ export class BeatStatements {
   private readonly refused = new Set<string>();
   /**
    * Per member, its last statement that verified: as stored, as opened, and its held part as read
-   * (`decodeBeat`). A statement changes every round (its contact times), its held part about once a
+   * (`withKeptHeld`). A statement changes every round (its contact times), its held part about once a
    * second, and each round every member reads every member's.
    */
-  private readonly opened = new Map<string, { field: string; body: Bodies['beat']; held: ReadHeld | undefined }>();
+  private readonly opened = new Map<string, { field: string; body: Bodies['beat']; held: KeptHeld | undefined }>();
   /**
    * This process's held part as last stated, encoded; its tag; statements sealed since it changed.
    * Tags start anywhere, so that another instance stating under the same node epoch (an embedder
@@ -143,10 +141,10 @@ export class BeatStatements {
     let reason: RejectReason;
     try {
       if (field.length > MAX_STATEMENT) throw new EnvelopeError('malformed', `statement: over ${MAX_STATEMENT} characters`);
-      const { t, raw } = this.codec.verified(EnvelopeCodec.fromJson(field));
-      const read = t === 'beat' ? decodeBeat(raw, before?.held) : undefined;
-      if (read?.body.nodeId === nodeId) {
+      const env = this.codec.open(EnvelopeCodec.fromJson(field));
+      if (env.t === 'beat' && env.body.nodeId === nodeId) {
         this.refused.delete(nodeId);
+        const read = withKeptHeld(env.body, before?.held);
         this.opened.set(nodeId, { field, ...read });
         return read.body;
       }
@@ -170,16 +168,48 @@ export function heartbeat(st: BeatStatement, at: (redisMs: number) => number): H
   return { freshAt: at(st.freshAt), stale, selfGranted: new Map(st.selfGranted), blankets: st.blankets === true, holds: st.holds === true, reaches: st.reaches === true, held: heldOf(st.held) };
 }
 
-/** A statement's held part as an owner keeps it, by shard: made once per held part read (`decodeBeat` keeps it while unchanged). */
-const kept = new WeakMap<HeldStatement, NonNullable<Heartbeat['held']>>();
+/** A member's held part as a reader keeps it (`withKeptHeld`): the process that stated it, under which tag. */
+interface KeptHeld {
+  readonly nodeEpoch: string;
+  readonly tag: number;
+  readonly held: HeldStatement;
+}
+
+/**
+ * A heartbeat body, and its held part to keep for the next statement: one carrying only its tag
+ * (`BeatStatement.heldTag`) is read as the part kept, `before`, if that is the same process's under
+ * the same tag; as none otherwise (its member asks until a statement carries the part whole). A part
+ * carried whole is always read as it is.
+ */
+function withKeptHeld(body: Bodies['beat'], before: KeptHeld | undefined): { body: Bodies['beat']; held: KeptHeld | undefined } {
+  const { heldTag: tag, held } = body.statement;
+  if (tag === undefined) return { body, held: undefined };
+  if (held !== undefined) return { body, held: { nodeEpoch: body.nodeEpoch, tag, held } };
+  const kept = before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
+  return { body: kept === undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
+}
+
+/**
+ * Whether two JSON values are the same: equal primitives, or arrays of the same values. An object is
+ * never the same as anything: it compares encoded records, which are arrays.
+ */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return typeof a !== 'object' || a === null;
+  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i])) return false;
+  return true;
+}
+
+/** A statement's held part as an owner keeps it, by shard: made once per held part read (a tag-only statement reuses the part kept). */
+const byShard = new WeakMap<HeldStatement, NonNullable<Heartbeat['held']>>();
 const NO_HELD: NonNullable<Heartbeat['held']> = { holders: [], shards: new Map() };
 function heldOf(h: HeldStatement | undefined): NonNullable<Heartbeat['held']> {
   if (h === undefined) return NO_HELD;
-  let held = kept.get(h);
+  let held = byShard.get(h);
   if (held === undefined) {
     const shards = new Map<number, HeldShard>();
     for (const x of h.shards) shards.set(x.shard, x);
-    kept.set(h, (held = { holders: h.holders, shards }));
+    byShard.set(h, (held = { holders: h.holders, shards }));
   }
   return held;
 }

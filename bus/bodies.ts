@@ -165,28 +165,6 @@ export const decoders: { [T in EnvelopeType]: Reader<Bodies[T]> } = {
   fence: quietly(object({ shard: uint, epoch: posint, nodeId: str, nodeEpoch: str, settled: optional(bool) })),
 };
 
-/** A member's held part as a reader kept it (`decodeBeat`): the process that stated it, under which tag. */
-export interface ReadHeld {
-  readonly nodeEpoch: string;
-  readonly tag: number;
-  readonly held: HeldStatement;
-}
-
-/**
- * A heartbeat body as `decoders.beat` reads it, and its held part to keep for the next statement:
- * one carrying only its tag (`BeatStatement.heldTag`) is read as the part kept, `before`, if that is
- * the same process's under the same tag; as none otherwise (its member asks until a statement
- * carries the part whole). A part carried whole is always read as it is.
- */
-export function decodeBeat(raw: unknown, before: ReadHeld | undefined): { body: Bodies['beat']; held: ReadHeld | undefined } {
-  const body = decoders.beat(raw, '');
-  const { heldTag: tag, held } = body.statement;
-  if (tag === undefined) return { body, held: undefined };
-  if (held !== undefined) return { body, held: { nodeEpoch: body.nodeEpoch, tag, held } };
-  const kept = before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
-  return { body: kept === undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
-}
-
 export const encoders: { [T in EnvelopeType]: (b: Bodies[T]) => unknown } = {
   reports: encodeBatch,
   grants: (b) => ({

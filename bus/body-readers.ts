@@ -117,14 +117,3 @@ export const pair =
     if (!Array.isArray(v) || v.length < 2) bad(p, 'must be a pair');
     return [a(v[0], at(p, '[0]')), b(v[1], at(p, '[1]'))];
   };
-
-/**
- * Whether two JSON values are the same: equal primitives, or arrays of the same values. An object is
- * never the same as anything: it compares encoded records, which are arrays.
- */
-export function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return typeof a !== 'object' || a === null;
-  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i])) return false;
-  return true;
-}

@@ -84,12 +84,6 @@ export class EnvelopeCodec {
 
   /** Verifies and decodes an envelope; throws an `EnvelopeError` and applies nothing if anything is off. */
   open(f: Readonly<Record<string, unknown>>): Envelope {
-    const { t, raw } = this.verified(f);
-    return { t, body: decoders[t](raw, '') } as Envelope;
-  }
-
-  /** Verifies an envelope and parses its body's JSON, not decoded yet (`open`); throws an `EnvelopeError` if anything is off. */
-  verified(f: Readonly<Record<string, unknown>>): { t: EnvelopeType; raw: unknown } {
     if (f.v !== String(SCHEMA_VERSION)) throw new EnvelopeError('version', `v: unknown schema version ${JSON.stringify(f.v)}`);
     const key = typeof f.kid === 'string' ? this.keys.get(f.kid) : undefined;
     if (key === undefined) throw new EnvelopeError('secret', `kid: unknown bus secret version ${JSON.stringify(f.kid)}`);
@@ -102,7 +96,8 @@ export class EnvelopeCodec {
     } catch {
       throw new EnvelopeError('malformed', 'b: is not JSON');
     }
-    return { t: f.t as EnvelopeType, raw };
+    const t = f.t as EnvelopeType;
+    return { t, body: decoders[t](raw, '') } as Envelope;
   }
 
   /** Serialises for pub/sub. */

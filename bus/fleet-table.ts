@@ -5,7 +5,7 @@ import { parseOwnerEntry } from './keys.js';
 import type { RedisBusOptions } from './redis-bus-types.js';
 import type { RoundReply } from './scripts.js';
 import type { HeldRange } from '../lib/node-contract.js';
-import { heldRange, type HeldRangesMemo } from './held-ranges.js';
+import { HeldRanges } from './held-ranges.js';
 import type { NodeIdentity } from './types.js';
 
 /** The largest fleet whose owners list members in their blankets (`holders`). */
@@ -65,15 +65,8 @@ export class FleetTable {
   lastRoundOk = Number.NEGATIVE_INFINITY;
   /** This process's own node's self-grants as its owner side knows them at once: shard → batch round. */
   readonly ownSelfGrants = new Map<number, number>();
-  /**
-   * Per shard, what this process may take itself there (`heldFor`), worked out when first asked after
-   * each round reply (`replies`, as it stood then; `heldMe`: this process then), from that reply alone.
-   */
-  private readonly heldRanges: Array<HeldRange | undefined> = [];
-  private readonly heldAt: number[] = [];
-  private readonly heldMemo: HeldRangesMemo = [];
-  private heldMe: NodeIdentity | undefined;
-  private replies = 0;
+  /** Per shard, what this process may take itself there (`heldFor`). */
+  private readonly held = new HeldRanges();
   /** The last owner epoch seen per shard, kept while a shard has no owner. */
   private readonly knownEpochs: Array<number | undefined> = [];
   /** After an outage of our own, members heard before it still count for a while (they may not have checked in yet). */
@@ -181,8 +174,7 @@ export class FleetTable {
       this.maxEpoch = Math.max(this.maxEpoch, epoch);
       if (isOurs) ours.push({ shard: s, epoch, expiresAt: exp });
     }
-    this.heldMe = me;
-    this.replies++;
+    this.held.replied(me);
     return { redisNow, ours, blind: new Set(blind.map(Number)) };
   }
 
@@ -232,11 +224,7 @@ export class FleetTable {
 
   /** What this process may take itself in `shard` (`OwnerLink.held`), as of the last round reply. */
   heldFor(shard: number): HeldRange | undefined {
-    if (this.heldAt[shard] !== this.replies) {
-      this.heldAt[shard] = this.replies;
-      this.heldRanges[shard] = heldRange(this.table[shard], shard, this.members, this.heldMe, this.heldMemo);
-    }
-    return this.heldRanges[shard];
+    return this.held.of(shard, this.table, this.members);
   }
 
   /**
