@@ -7,7 +7,7 @@ import { REFRESH_ROUNDS, type DirectChannel } from './direct-channel.js';
 import { LEASE_ROUNDS, type FleetTable } from './fleet-table.js';
 import type { LogFence } from './log-fence.js';
 import type { Owned, OwnerContext } from './owner-context.js';
-import { rendezvousOwner } from './rendezvous.js';
+import { RendezvousShards, rendezvousOwner } from './rendezvous.js';
 import { roundScript, type RoundReply } from './scripts.js';
 import type { ShardLog } from './shard-log.js';
 import type { ShardReach } from './shard-reach.js';
@@ -46,6 +46,7 @@ export class RoundLoop {
   private readonly releasing = new Set<number>();
   /** What this node states in its next heartbeat (`NodeBeat`), as its last round ended. */
   private nodeBeat: NodeBeat = { selfGranted: new Map(), contact: [] };
+  private readonly rendezvous = new RendezvousShards();
   private readyResolve?: () => void;
   private readyReject?: (err: Error) => void;
 
@@ -90,13 +91,9 @@ export class RoundLoop {
     this.busy = true;
     const me = identity.nodeId;
     const mono = ctx.clock.monotonic();
-    const ids = parts.fleet.candidates(mono);
-    const wanted: number[] = [];
+    const { wanted, owns } = this.rendezvous.of(ctx.opts.shards, parts.fleet.candidates(mono), me);
     const released: number[] = [];
-    for (let s = 0; s < ctx.opts.shards; s++) {
-      if (rendezvousOwner(s, ids) === me) wanted.push(s);
-      else if (ctx.owned.has(s)) released.push(s);
-    }
+    for (let s = 0; s < ctx.opts.shards; s++) if (!owns(s) && ctx.owned.has(s)) released.push(s);
     // Stop serving a shard before giving it up: its next owner replays everything folded until now.
     // And give it up only once its grants are on record: an ask's answer is logged on the fast-path
     // connection, which Redis may serve after this round's script on the other one — the next owner
@@ -132,7 +129,7 @@ export class RoundLoop {
   }
 
   /** Runs `lua/round.lua`: stays in the fleet (and takes in its reply), or leaves it. */
-  private async runRound(wanted: number[], released: number[], membership: 'stay' | 'leave'): Promise<void> {
+  private async runRound(wanted: readonly number[], released: number[], membership: 'stay' | 'leave'): Promise<void> {
     const { ctx, parts } = this;
     const me = ctx.identity()!;
     const roundMs = ctx.opts.roundMs;
