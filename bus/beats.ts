@@ -50,11 +50,11 @@ export class BeatStatements {
    */
   private readonly opened = new Map<string, { field: string; body: Bodies['beat']; held: KeptHeld | undefined }>();
   /**
-   * This process's held part as last stated, encoded; its tag; statements sealed since it changed.
+   * This process's held part as last stated; its tag; statements sealed since it changed.
    * Tags start anywhere, so that another instance stating under the same node epoch (an embedder
    * reconnecting one identity) does not take up tags a reader holds another part under.
    */
-  private stated: { encoded: unknown; tag: number; since: number } = { encoded: undefined, tag: randomInt(1, 2 ** 40), since: 0 };
+  private stated: { held: HeldStatement | undefined; tag: number; since: number } = { held: undefined, tag: randomInt(1, 2 ** 40), since: 0 };
 
   constructor(
     private readonly codec: EnvelopeCodec,
@@ -118,9 +118,8 @@ export class BeatStatements {
   private heldPart(held: HeldStatement): Pick<BeatStatement, 'held' | 'heldTag'> {
     const h = budgeted(held);
     if (h.shards.length === 0) return {};
-    const encoded = heldStatementRec.encode(h);
     const s = this.stated;
-    if (!sameJson(encoded, s.encoded)) this.stated = { encoded, tag: s.tag + 1, since: 0 };
+    if (s.held === undefined || !heldStatementRec.same(h, s.held)) this.stated = { held: h, tag: s.tag + 1, since: 0 };
     const { tag, since } = this.stated;
     this.stated.since++;
     return since <= HELD_WHOLE_AFTER || since % HELD_WHOLE_EVERY === 0 ? { held: h, heldTag: tag } : { heldTag: tag };
@@ -187,17 +186,6 @@ function withKeptHeld(body: Bodies['beat'], before: KeptHeld | undefined): { bod
   if (held !== undefined) return { body, held: { nodeEpoch: body.nodeEpoch, tag, held } };
   const kept = before?.nodeEpoch === body.nodeEpoch && before.tag === tag ? before : undefined;
   return { body: kept === undefined ? body : { ...body, statement: { ...body.statement, held: kept.held } }, held: kept };
-}
-
-/**
- * Whether two JSON values are the same: equal primitives, or arrays of the same values. An object is
- * never the same as anything: it compares encoded records, which are arrays.
- */
-function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return typeof a !== 'object' || a === null;
-  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i])) return false;
-  return true;
 }
 
 /** A statement's held part as an owner keeps it, by shard: made once per held part read (a tag-only statement reuses the part kept). */

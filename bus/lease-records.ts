@@ -191,7 +191,13 @@ const readHeldShard: Reader<HeldShard> = (v, p) => {
   const reach = tail(v, 5, uint, at(p, '[5]'));
   return reach === undefined ? h : { ...h, reach };
 };
+const sameSpan = (x: Span, y: Span): boolean => x.nodeEpoch === y.nodeEpoch && x.since === y.since && x.until === y.until;
+const sameHeldShard = (x: HeldShard, y: HeldShard): boolean =>
+  x.shard === y.shard && x.ownerEpoch === y.ownerEpoch && x.startsAfter === y.startsAfter && x.startsBy === y.startsBy && x.min === y.min && x.reach === y.reach;
 export const heldStatementRec = {
+  /** Whether `a` and `b` encode to the same record, field by field without encoding either (a statement is sealed every round). */
+  same: (a: HeldStatement, b: HeldStatement): boolean =>
+    a.holders.length === b.holders.length && a.shards.length === b.shards.length && a.holders.every((x, i) => sameSpan(x, b.holders[i]!)) && a.shards.every((x, i) => sameHeldShard(x, b.shards[i]!)),
   encode: (h: HeldStatement): unknown[] => [h.holders.map(spanOf), h.shards.map((x) => [x.shard, x.ownerEpoch, x.startsAfter, x.startsBy, x.min, ...(x.reach === undefined ? [] : [x.reach])])],
   decode: (v: unknown, p: string): HeldStatement => {
     if (!Array.isArray(v) || v.length < 2) bad(p, 'must be [holders, shards]');

@@ -136,6 +136,35 @@ describe('members’ credit under blankets, as the bus states it', () => {
       expect(reader.open('o', changed[8]!)!.statement.held).to.deep.equal(held(6000));
     });
 
+    it('tags anew at a change of any field it carries, not at the same part made again', () => {
+      const writer = statements();
+      const tagOf = (h: HeldStatement): number => statementOf(seal(writer, h)).heldTag!;
+      const base = (): HeldStatement => ({
+        holders: [
+          { nodeEpoch: 'me-e1', since: 0 },
+          { nodeEpoch: 'x-e1', since: 7, until: 9 },
+        ],
+        shards: [part(0, 5), { ...part(3, 5), reach: 900 }],
+      });
+      const changes: Array<(h: HeldStatement) => HeldStatement> = [
+        (h) => ({ ...h, holders: [{ ...h.holders[0]!, nodeEpoch: 'me-e2' }, h.holders[1]!] }),
+        (h) => ({ ...h, holders: [{ ...h.holders[0]!, since: 1 }, h.holders[1]!] }),
+        (h) => ({ ...h, holders: [{ ...h.holders[0]!, until: 3 }, h.holders[1]!] }),
+        (h) => ({ ...h, holders: [h.holders[0]!] }),
+        ...(['shard', 'ownerEpoch', 'startsAfter', 'startsBy', 'min', 'reach'] as const).map((f) => (h: HeldStatement) => ({ ...h, shards: [h.shards[0]!, { ...h.shards[1]!, [f]: 4 }] })),
+        (h) => ({ ...h, shards: [h.shards[0]!, part(3, 5)] }),
+        (h) => ({ ...h, shards: [h.shards[1]!, h.shards[0]!] }),
+      ];
+      let tag = tagOf(base());
+      for (const [i, change] of changes.entries()) {
+        expect(tagOf(base()), `the same part, made again (before change ${i})`).to.equal(tag);
+        const changed = tagOf(change(base()));
+        expect(changed, `change ${i}`).to.not.equal(tag);
+        tag = tagOf(base());
+        expect(tag, `back from change ${i}`).to.not.equal(changed);
+      }
+    });
+
     it('never lends one process’s part to another under the same node id and tag', () => {
       const reader = statements();
       const first = statements();
