@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { cpuMs, paced, ticksPerSecond } from './bench-cost-load.js';
+import { cpuMs, paced, ticksPerSecond, type Outcome } from './bench-cost-load.js';
 import { startCostServer, type CostServer, type CostVariant } from './bench-cost-server.js';
 import { startRedis, type RedisProcess } from './redis-server.js';
 import { median, round } from './bench-figures.js';
@@ -11,8 +11,13 @@ import { median, round } from './bench-figures.js';
  * to them, as it is in production. Variants run in turn within each round, so a noisy spell on the
  * machine hits them alike; each is set against the same round's bare run, and the figures are
  * medians over the rounds.
+ *
+ * With `besideBare`, each variant instead runs at the same time as bare Express under the same offered
+ * rate and is set against that very run, so the two share the machine's state. How busy the machine
+ * is moves every process's CPU per request (a server alone on an idle VM pays more a request to wake
+ * for each one), and a fleet member never runs alone (its peers and Redis run beside it); run beside
+ * another busy server, it also pays more for its own rounds and asks.
  */
-
 export interface CpuOptions {
   /** Offered requests per second (an even, open-loop pace: bench-cost-load.ts). */
   rate: number;
@@ -24,6 +29,8 @@ export interface CpuOptions {
   keys: number;
   /** Paced warm-up per server before its first counted run. */
   warmupSeconds: number;
+  /** Run each variant at the same time as a bare Express run, and set it against that run. */
+  besideBare?: boolean;
   /**
    * Where the loaded fleet member writes a V8 CPU profile (`node --cpu-prof`) when it exits, for
    * `node dist/scripts/profile-share.js`. The profiler costs that member CPU: its figures are not
@@ -45,7 +52,7 @@ export interface CpuRow {
   usPerRequest: number | null;
   /** (max − min) / median over the rounds, %. */
   spreadPct: number | null;
-  /** Median over the rounds of (this run / the same round's bare run − 1), %: paired, so a slow spell cancels out. */
+  /** Median over the rounds of (this run / the same round's bare run − 1), %: paired, so a slow spell cancels out (`besideBare`: the bare run beside it). */
   overBarePct: number | null;
   /** The same per round. */
   overBarePerRoundPct: number[];
@@ -147,28 +154,42 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
     const member = targets.find((t) => t.row.variant === 'fleet')?.servers[0];
     const beforeFleet = targets[targets.findIndex((t) => t.row.variant === 'fleet') - 1];
     const idle: number[] = [];
+    const bare = targets[0]!;
+    const beside = o.besideBare === true;
+    /** A paced run of `t`, with one of bare Express at the same time when `beside`: what each answered, the CPU each of their servers spent. */
+    const run = async (t: Target): Promise<{ outs: Outcome[]; spent: number[] }> => {
+      const paired = beside ? [t, bare] : [t];
+      const servers = paired.flatMap((x) => x.servers);
+      const before = servers.map((s) => cpuMs(s.pid));
+      const outs = await Promise.all(paired.map((x) => paced(x.servers[0]!.port, o.rate, o.seconds, o.keys, prefix)));
+      return { outs, spent: servers.map((s, i) => cpuMs(s.pid) - before[i]!) };
+    };
+    const record = (t: Target, out: Outcome, ms: number): number => {
+      const usPerRequest = round((ms * 1000) / Math.max(1, out.requests));
+      t.row.runs.push({ usPerRequest, requests: out.requests, achievedRate: round(out.requests / (out.ms / 1000), 0), non2xx: out.non2xx });
+      t.row.non2xx += out.non2xx;
+      for (const [k, v] of Object.entries(out.statuses)) t.row.statuses[k] = (t.row.statuses[k] ?? 0) + v;
+      return usPerRequest;
+    };
     for (let r = 1; r <= o.rounds; r++) {
+      let bareUs = 0;
       for (const t of targets) {
-        if (t.servers.length === 0) continue;
-        const before = t.servers.map((s) => cpuMs(s.pid));
+        if (t.servers.length === 0 || (beside && t === bare)) continue;
         const memberBefore = member === undefined || t !== beforeFleet ? undefined : { cpu: cpuMs(member.pid), at: performance.now() };
-        const out = await paced(t.servers[0]!.port, o.rate, o.seconds, o.keys, prefix);
+        const { outs, spent } = await run(t);
         if (memberBefore !== undefined) idle.push(((cpuMs(member!.pid) - memberBefore.cpu) * 1000) / (performance.now() - memberBefore.at));
-        const spent = t.servers.map((s, i) => cpuMs(s.pid) - before[i]!);
-        const answered = Math.max(1, out.requests);
-        const usPerRequest = round((spent[0]! * 1000) / answered);
-        t.row.runs.push({ usPerRequest, requests: out.requests, achievedRate: round(out.requests / (out.ms / 1000), 0), non2xx: out.non2xx });
-        t.row.non2xx += out.non2xx;
-        for (const [k, v] of Object.entries(out.statuses)) t.row.statuses[k] = (t.row.statuses[k] ?? 0) + v;
-        spent.slice(1).forEach((ms, i) => others[i]!.push((ms * 1000) / answered));
-        log(`cpu: round ${r}/${o.rounds}: ${t.row.variant} ${usPerRequest} us/request, ${out.requests} requests, non-2xx ${out.non2xx}`);
+        const usPerRequest = record(t, outs[0]!, spent[0]!);
+        if (beside) bareUs = record(bare, outs[1]!, spent.at(-1)!);
+        else if (t === bare) bareUs = usPerRequest;
+        t.row.overBarePerRoundPct.push(round((usPerRequest / bareUs - 1) * 100, 1));
+        spent.slice(1, t.servers.length).forEach((ms, i) => others[i]!.push((ms * 1000) / Math.max(1, outs[0]!.requests)));
+        log(`cpu: round ${r}/${o.rounds}: ${t.row.variant} ${usPerRequest} us/request${beside ? ` beside bare ${bareUs}` : ''}, ${outs[0]!.requests} requests, non-2xx ${outs[0]!.non2xx}`);
       }
     }
-    const bare = targets[0]!.row.runs.map((x) => x.usPerRequest);
+    if (beside) bare.row.overBarePerRoundPct = bare.row.runs.map(() => 0);
     for (const t of targets) {
       const us = t.row.runs.map((x) => x.usPerRequest);
       if (us.length === 0) continue;
-      t.row.overBarePerRoundPct = us.map((x, r) => round((x / bare[r]! - 1) * 100, 1));
       t.row.overBarePct = round(median(t.row.overBarePerRoundPct), 1);
       const m = median(us);
       t.row.usPerRequest = round(m);

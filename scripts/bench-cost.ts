@@ -17,6 +17,8 @@ export interface CostFlags {
   rate: number;
   seconds: number;
   rounds: number;
+  /** `--cost-beside-bare`: each variant's CPU runs at the same time as a bare Express run (`CpuOptions.besideBare`). */
+  besideBare: boolean;
   instrWarmup: number;
   instrRequests: number;
   instrBatches: number;
@@ -33,13 +35,14 @@ export const COST_OPTIONS = {
   'cost-seconds': { type: 'string' },
   'cost-rounds': { type: 'string' },
   'cost-profile': { type: 'string' },
+  'cost-beside-bare': { type: 'boolean' },
   'instr-warmup': { type: 'string' },
   'instr-requests': { type: 'string' },
   'instr-batches': { type: 'string' },
 } as const;
 
 export const COST_USAGE = `       [--skip-cost | --cost-only] [--skip-callgrind] [--cost-rate R] [--cost-seconds S] [--cost-rounds N]
-       [--cost-profile DIR] [--instr-warmup N] [--instr-requests N] [--instr-batches N]`;
+       [--cost-beside-bare] [--cost-profile DIR] [--instr-warmup N] [--instr-requests N] [--instr-batches N]`;
 
 type Num = (name: string, raw: string | undefined, dflt: number, min: number, max: number, int: boolean) => number;
 type Raw = Partial<Record<keyof typeof COST_OPTIONS, string | boolean>>;
@@ -54,6 +57,7 @@ export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFl
     rate: num('cost-rate', str('cost-rate'), 1500, 100, 20_000, true),
     seconds: num('cost-seconds', str('cost-seconds'), 10, 2, 600, false),
     rounds: num('cost-rounds', str('cost-rounds'), 3, 1, 20, true),
+    besideBare: v['cost-beside-bare'] === true,
     instrWarmup: num('instr-warmup', str('instr-warmup'), 3000, 0, 1_000_000, true),
     instrRequests: num('instr-requests', str('instr-requests'), 1000, 100, 100_000, true),
     instrBatches: num('instr-batches', str('instr-batches'), 10, 4, 50, true),
@@ -128,7 +132,10 @@ export async function measureCost(f: CostFlags, memoryKeys: number, log: (m: str
   log(`memory per key: ${memoryKeys} keys through each middleware`);
   const memory = await keyMemory(memoryKeys);
   log(`cpu: ${f.rate} req/s for ${f.seconds} s x ${f.rounds} rounds per variant`);
-  const cpu = await cpuPerRequest({ rate: f.rate, seconds: f.seconds, rounds: f.rounds, keys: 1000, warmupSeconds: 3, ...(f.profileDir === undefined ? {} : { profileDir: f.profileDir }) }, log);
+  const cpu = await cpuPerRequest(
+    { rate: f.rate, seconds: f.seconds, rounds: f.rounds, keys: 1000, warmupSeconds: 3, besideBare: f.besideBare, ...(f.profileDir === undefined ? {} : { profileDir: f.profileDir }) },
+    log,
+  );
   let instructions: Cost['instructions'];
   const missing = f.skipCallgrind ? 'skipped with --skip-callgrind' : callgrindMissing();
   if (missing !== undefined) {
@@ -198,7 +205,9 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   const cpu = c.cpu;
   out.push(
     `CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
-      `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`,
+      (cpu.options.besideBare
+        ? `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, each at the same time as a bare Express run, ${cpu.options.keys} keys; medians over rounds (bare: over all its runs); over bare = median of (run / the bare run beside it)`
+        : `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`),
     `  fleet: ${cpu.fleet}`,
   );
   out.push(
