@@ -233,6 +233,8 @@ export class MemoryBus implements Bus {
    */
   private heartbeat(nodeId: string, beat: NodeBeat): void {
     if (this.closed) return;
+    // Its owner side's round too: top-ups held back from members that were withheld (L5, F4).
+    for (const m of this.owners.get(nodeId)?.topUpWithheld?.((s) => this.ownerOfShard[s] === nodeId) ?? []) this.send(m);
     const now = this.opts.clock.monotonic();
     this.beats.set(nodeId, now);
     const reach = this.reach.get(nodeId);

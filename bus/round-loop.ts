@@ -197,13 +197,15 @@ export class RoundLoop {
   }
 
   /**
-   * Tops up the owner's floats (`FoldOwner.refillFloats`) and logs them, with the blankets due; a float
-   * (or a blanket) is usable once its write was taken. Floats are only logged, never sent: they are
-   * this owner's own credit.
+   * Sends the top-ups held back from withheld nodes (`FoldOwner.topUpWithheld`); tops up the owner's
+   * floats (`FoldOwner.refillFloats`) and logs them, with the blankets due; a float (or a blanket) is
+   * usable once its write was taken. Floats are only logged, never sent: they are this owner's own credit.
    */
   private refillFloats(): void {
     const { ctx, parts } = this;
     const serving = (s: number): boolean => ctx.serving(s);
+    const released = ctx.owner()?.topUpWithheld?.(serving) ?? [];
+    if (released.length > 0) parts.route(released);
     for (const b of ctx.owner()?.blanketsDue?.(ctx.owned.keys(), serving) ?? []) parts.log.logBlanket(b);
     const floats = ctx.owner()?.refillFloats?.(serving) ?? [];
     if (floats.length === 0) return;

@@ -31,6 +31,8 @@ export interface CreditOwner {
   replay(entries: readonly LogEntry[]): void;
   /** A checkpoint of one shard's ledgers as log entries, so the log behind it can be trimmed. */
   snapshot(shard: number): LogEntry[];
+  /** Each round: the top-ups reports asked for while their node was withheld (L5, F4), now that it is not. */
+  topUpWithheld?(serving: (shard: number) => boolean): OwnerMessage[];
   /** Tops up the owner's floats on the shards it serves: grants to log, never to send (turns floats on). */
   refillFloats?(serving: (shard: number) => boolean): Grant[];
   /** Grants whose log write came back: taken (their shard still ours, within the lease), or not. */

@@ -1,6 +1,5 @@
-import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger, type Lease } from './ledger-store.js';
+import { FLOAT_PREFIX, LedgerStore, leaseFor, type Ledger } from './ledger-store.js';
 import { SKEW_ROUNDS } from './lease-node.js';
-import { BUSY_ROUNDS } from './lease-size.js';
 import { Blankets, type Blanket, type HeldStatement } from './owner/blankets.js';
 import { replayLog, snapshotShard } from './owner/checkpoint.js';
 import { Concentration, type ConcentrationSummary } from './owner/concentration.js';
@@ -13,17 +12,15 @@ import { Issuer } from './owner/issuer.js';
 import { committed, held, runningTotals, spentIn } from './owner/ledger-sums.js';
 import { NodeReports } from './owner/node-reports.js';
 import { CreditPool } from './owner/pool.js';
-import { BUSY, GrantSizing } from './owner/sizing.js';
+import { GrantSizing } from './owner/sizing.js';
+import { TopUps } from './owner/top-up.js';
 import type { LogEntry } from './protocol/log.js';
-import type { CreditRequest, Grant, OwnerMessage, Report, ReportBatch } from './protocol/messages.js';
+import type { CreditRequest, Grant, OwnerMessage, ReportBatch } from './protocol/messages.js';
 import { phaseOffset, windowEndMs } from './window.js';
 
 export { FLOAT_PREFIX };
 export type { FleetView, FoldOwnerConfig, FoldOwnerStats } from './owner/config.js';
 export { InvariantViolation } from './owner/issuer.js';
-
-/** A pool this many times what every node's lease could want lets top-ups wait (`topUp`). */
-const PLENTY = 16;
 
 /**
  * Owner side of the leasing protocol for the shards this node owns: the only issuer of credit. It
@@ -47,6 +44,7 @@ export class FoldOwner {
   private readonly issuer: Issuer;
   private readonly floats: Floats;
   private readonly fixed: FixedShare;
+  private readonly topUps: TopUps;
   private readonly blankets = new Blankets();
   private readonly measured = new Concentration();
   /** Per shard and window length, the end of the latest window whose ledger was dropped (`ended`). */
@@ -65,6 +63,7 @@ export class FoldOwner {
     this.issuer = new Issuer(cfg, this.pool, this.sizing, this.stats, this.marks);
     this.floats = new Floats(cfg, this.ledgers, this.pool, this.issuer, this.stats, this.blankets, this.marks);
     this.fixed = new FixedShare(cfg, this.pool, this.sizing, this.issuer, this.stats);
+    this.topUps = new TopUps(cfg, this.pool, this.sizing, this.issuer, this.stats, this.fixed, (l) => this.ended(l.shard, l.windowMs, l.windowEnd));
   }
 
   /** Answers a credit request with a grant, or undefined when nothing can be issued now. */
@@ -164,10 +163,9 @@ export class FoldOwner {
       if (age !== undefined) this.foldAges.observe(age, top);
       if (this.floats.on && this.floats.aheadOf(ledger, now) && r.demand > 0 && this.sizing.target(ledger, r.demand) === 0) this.floats.markWanted(ledger);
       // What this report gave back may refill a window announced exhausted, whatever it asks for.
-      if (r.demand > 0 && !this.reports.withheld(batch.nodeId, batch.nodeEpoch)) {
-        if (ledger.fixed) {
-          if (!this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) this.fixed.topUp(ledger, lease);
-        } else this.topUp(ledger, lease, r);
+      if (r.demand > 0) {
+        if (this.reports.withheld(batch.nodeId, batch.nodeEpoch)) this.reports.defer(ledger, lease);
+        else this.topUps.refill(ledger, lease, r.demand);
       }
       this.issuer.announceRefilled(ledger);
     }
@@ -177,34 +175,21 @@ export class FoldOwner {
   }
 
   /**
-   * Tops a lease up toward the size its reported demand calls for. A report for a window that has
-   * not started is a node asking ahead of its rollover: the grant lands as the next window's credit,
-   * so busy keys never start a window on the fast path. A top-up is not rationed — it is demand-sized
-   * already (`lib/lease-size.ts`), and rationing it would turn every shortfall into fast-path asks —
-   * but beyond a busy lease's next BUSY_ROUNDS of demand, leases together never hold more than half
-   * of what the window has left: the other half stays with the owner for the nodes that ask, whatever
-   * the demand estimates got wrong. (Up to demand × h whatever the room, a window's last credit sat
-   * on the nodes that happened to hold it when the key stopped, while others refused.)
+   * The top-ups reports asked for while their node was withheld (L5, F4), now that it is not: the
+   * messages to send. One in a shard this owner does not serve now (a stall of its own) waits until it
+   * does, or its window ends (a ledger swept since has its window ended).
    */
-  private topUp(ledger: Ledger, lease: Lease, r: Report): void {
-    if (this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) return;
-    const target = this.sizing.target(ledger, r.demand);
-    if (held(lease) >= target) return;
-    const avail = this.pool.available(ledger);
-    const base = Math.floor(r.demand * this.cfg.headroom);
-    // While the pool is far above what the leases could want, a lease is refilled (to its target) only
-    // once it holds less than demand × h: it has rounds of requests in hand, and a refill after each
-    // request costs a grant, a message and a log entry per request. Otherwise every report tops it up.
-    if (avail >= PLENTY * this.cfg.fleet.size() * target && held(lease) >= Math.max(1, base)) return;
-    // The float too, when the pool is short (a top-up goes out once all it states is on record).
-    const pool = avail + this.pool.floatLeft(ledger);
-    const own = base >= BUSY ? Math.min(base, this.sizing.rounds(r.demand, BUSY_ROUNDS)) - held(lease) : 0;
-    const amount = Math.min(target - held(lease), pool, Math.max(own, this.sizing.room(ledger)));
-    if (amount > 0) {
-      this.issuer.post(this.issuer.issue(ledger, lease, amount, Math.max(0, amount - avail)));
-      this.issuer.announceExhausted(ledger);
-      if (ledger.windowEnd - ledger.windowMs > this.cfg.clock.now()) this.stats.preGrants++;
-    } else if (pool <= 0) this.issuer.recall(ledger, lease);
+  topUpWithheld(serving: (shard: number) => boolean): OwnerMessage[] {
+    let refilled = false;
+    for (const [ledger, lease] of this.reports.released()) {
+      if (lease.demand <= 0 || this.ended(ledger.shard, ledger.windowMs, ledger.windowEnd)) continue;
+      if (!serving(ledger.shard)) this.reports.defer(ledger, lease);
+      else {
+        this.topUps.refill(ledger, lease, lease.demand);
+        refilled = true;
+      }
+    }
+    return refilled ? this.takeOutbox() : [];
   }
 
   /** Rebuilds ledgers from a shard's retained log before serving it (`replayLog`). */

@@ -1,4 +1,4 @@
-import type { Lease } from '../ledger-store.js';
+import type { Lease, Ledger } from '../ledger-store.js';
 import type { Report, ReportBatch } from '../protocol/messages.js';
 import type { FoldOwnerConfig, FoldOwnerStats } from './config.js';
 
@@ -12,6 +12,8 @@ export class NodeReports {
   private readonly selfGrantSeen = new Map<string, number>();
   /** Per node epoch: the latest round of its report batches folded per shard, and when it was last one. */
   private readonly folded = new Map<string, { at: number; rounds: Map<number, number> }>();
+  /** Leases a report asked a top-up for while their node was withheld, with their ledgers (`defer`). */
+  private readonly deferred = new Map<Lease, Ledger>();
 
   constructor(
     private readonly cfg: FoldOwnerConfig,
@@ -22,11 +24,31 @@ export class NodeReports {
    * Whether grants to process `nodeEpoch` of `nodeId` are held back: it is rejoining (L5) or
    * self-granted less than a round ago (F4).
    */
-  withheld(nodeId: string, nodeEpoch: string): boolean {
+  withheld(nodeId: string, nodeEpoch: string, count = true): boolean {
     const seen = this.selfGrantSeen.get(nodeId);
     const w = this.cfg.fleet.rejoining(nodeId, nodeEpoch) || (seen !== undefined && this.cfg.clock.monotonic() - seen < this.cfg.roundMs);
-    if (w) this.stats.withheld++;
+    if (w && count) this.stats.withheld++;
     return w;
+  }
+
+  /**
+   * A report of `lease` asked for a top-up while its node was withheld: it is topped up once the node
+   * is not (`released`), not only at its next report — which a lease waiting for that top-up, quiet
+   * with its demand stated, may not send before a request finds it dry and asks across the network.
+   */
+  defer(ledger: Ledger, lease: Lease): void {
+    this.deferred.set(lease, ledger);
+  }
+
+  /** The deferred top-ups whose node is no longer withheld, forgotten here. */
+  released(): Array<[Ledger, Lease]> {
+    const out: Array<[Ledger, Lease]> = [];
+    for (const [lease, ledger] of this.deferred) {
+      if (this.withheld(lease.nodeId, lease.nodeEpoch, false)) continue;
+      this.deferred.delete(lease);
+      out.push([ledger, lease]);
+    }
+    return out;
   }
 
   /** Max seq wins within a lease; a lower or equal seq is a duplicate or a reordered entry. */

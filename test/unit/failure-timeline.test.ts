@@ -3,7 +3,7 @@ import { FakeClock } from '../../lib/clock.js';
 import { FoldOwner } from '../../lib/fold-owner.js';
 import { LeaseNode, type Denied } from '../../lib/lease-node.js';
 import { compilePolicy } from '../../lib/policy.js';
-import { shardOf } from '../../lib/protocol/messages.js';
+import { shardOf, type Grant, type OwnerMessage } from '../../lib/protocol/messages.js';
 import { phaseOffset, windowEndMs, windowIdAt } from '../../lib/window.js';
 import { grantFor, RecordingLink } from '../support/links.js';
 import { FixedFleet, nodeConfig, ownerConfig } from '../support/protocol.js';
@@ -263,6 +263,52 @@ describe('owner side of F4 and L5', () => {
     expect(o.onCreditRequest(req('a'))).to.equal(undefined);
     fleet.rejoiningNodes.clear();
     expect(o.onCreditRequest(req('a'))).to.not.equal(undefined);
+  });
+  describe('a report that asked for a top-up while its node was withheld (L5)', () => {
+    /** Node a's report: it took one credit and spent it, and wants 3 a window. */
+    const report = (shard: number, seq: number) => ({
+      shard,
+      nodeId: 'a',
+      nodeEpoch: 'a-e1',
+      round: seq,
+      reports: [{ keyId: KEY, windowId: WID, windowMs: W, limit: 1000, lease: 1, seq, spent: 1, issued: 1, selfIssued: 0, released: 0, demand: 3, held: 0, selfGrant: false }],
+    });
+    const grants = (ms: readonly OwnerMessage[]) => ms.filter((m): m is Grant => m.type === 'grant' && m.nodeId === 'a');
+    function withheldReport() {
+      const fleet = new FixedFleet(20);
+      const { o, clock } = owner(fleet);
+      const shard = ownerConfig(clock, fleet).shardOf(KEY, WID);
+      fleet.rejoiningNodes.add('a');
+      expect(grants(o.onReports(report(shard, 1))), 'withheld').to.deep.equal([]);
+      return { fleet, o, clock, shard };
+    }
+
+    it('is topped up once the node is no longer withheld, not only at its next report', () => {
+      const { fleet, o } = withheldReport();
+      expect(
+        o.topUpWithheld(() => true),
+        'still withheld',
+      ).to.deep.equal([]);
+      fleet.rejoiningNodes.clear();
+      const [g] = grants(o.topUpWithheld(() => true));
+      expect(g!.issued).to.be.greaterThan(1);
+      expect(o.committed(KEY, W, WID)).to.be.at.most(1000);
+      expect(
+        o.topUpWithheld(() => true),
+        'once',
+      ).to.deep.equal([]);
+    });
+
+    it('waits while the owner does not serve its shard, and is not topped up once its window ended', () => {
+      const served = withheldReport();
+      served.fleet.rejoiningNodes.clear();
+      expect(served.o.topUpWithheld((s) => s !== served.shard)).to.deep.equal([]);
+      expect(grants(served.o.topUpWithheld(() => true)), 'served again').to.have.length(1);
+      const ended = withheldReport();
+      ended.clock.advance(W + 100);
+      ended.fleet.rejoiningNodes.clear();
+      expect(ended.o.topUpWithheld(() => true)).to.deep.equal([]);
+    });
   });
 });
 
