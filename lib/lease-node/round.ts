@@ -39,6 +39,8 @@ export abstract class NodeRound extends NodeAsks {
   private quietFleet = 0;
   private paceAt = 0;
   private paceRound = 0;
+  /** Monotonic time the last round ended: how late rounds come lately (`endRound`'s ask ahead). */
+  private endedAt: number | undefined;
 
   /**
    * The owner of these shards changed and may have had no log to replay (Redis lost it): every bucket
@@ -73,6 +75,10 @@ export abstract class NodeRound extends NodeAsks {
   endRound(): ReportBatch[] {
     const mono = this.clock.monotonic();
     const now = this.clock.now();
+    // Rounds coming late (a starved CPU): the next may come after a window's last rounds, so an ask
+    // ahead waiting for them goes as many rounds earlier, within the ASK_AHEAD_ROUNDS allowed.
+    const lateMs = this.endedAt === undefined ? 0 : Math.max(0, mono - this.endedAt - this.cfg.roundMs);
+    this.endedAt = mono;
     let oldest = mono;
     for (let s = 0; s < this.cfg.shards; s++) {
       if (this.link.reachable(s)) this.contact[s] = mono;
@@ -176,7 +182,7 @@ export abstract class NodeRound extends NodeAsks {
         const left = b.windowEnd - now;
         if (left <= ASK_AHEAD_ROUNDS * this.cfg.roundMs) {
           const shard = shardOf(s.keyId, b.windowId + 1, this.cfg.shards);
-          const last = left <= AHEAD_ROUNDS * this.cfg.roundMs;
+          const last = left <= AHEAD_ROUNDS * this.cfg.roundMs + lateMs;
           const granted = b.nextWindowId === b.windowId + 1;
           const ask = s.limits.fixedShare || !this.plentiful(w.limit) ? last : this.resynced.has(shard) || (!granted && (last || this.slot(shard)));
           if (ask) this.queue(byShard, shard, this.nextReport(s.keyId, w.windowMs, w.limit, b, s.limits.fixedShare));

@@ -334,6 +334,30 @@ describe("report slots: a report that can wait goes in its shard's slot", () => 
       const slot = slotBefore(shard);
       expect(asked).to.deep.equal([...(slot === undefined ? [] : [slot]), ...Array.from({ length: AHEAD_ROUNDS }, (_, i) => AHEAD_ROUNDS - i)]);
     });
+
+    it('asks ahead as many rounds earlier as its rounds come late, so that a late next round cannot miss the window', () => {
+      /** Whether the round 3 rounds before the end asks ahead, after rounds on time to the one before it or a gap of 5 rounds. */
+      const asksAt3 = (late: boolean): boolean => {
+        const { clock, end } = clockBefore(500, 1000);
+        const next = windowIdAt(end - 1, 1000, phaseOffset(KEY, 1000)) + 1;
+        const shard = shardOf(KEY, next, SHARDS);
+        const node = new LeaseNode(nodeConfig(), clock, new RecordingLink((reqs) => reqs.map((r) => grantFor(r, 10, 1))));
+        const limits = plan(PLENTIFUL * FLEET * 100, 1000).limitsFor(KEY, 't');
+        const times: number[] = [];
+        for (let t = end - 475; t <= end - (late ? 8 : 4) * R; t += R) times.push(t);
+        // Not in the next shard's slot (the round's number is the rounds before it), where it asks anyway.
+        if ((times.length + shard) % SLOT_ROUNDS === 0) times.unshift(end - 500);
+        for (const t of times) {
+          clock.set(t);
+          if ((end - t) % 100 === 0) node.acquire(KEY, limits);
+          node.endRound();
+        }
+        clock.set(end - 3 * R);
+        return node.endRound().some((x) => x.reports.some((r) => r.keyId === KEY && r.windowId === next));
+      };
+      expect(asksAt3(false), 'rounds on time: it asks in the last AHEAD_ROUNDS').to.equal(false);
+      expect(asksAt3(true)).to.equal(true);
+    });
   });
 
   /**
