@@ -19,34 +19,45 @@ import type { NodeReports } from './node-reports.js';
  */
 export function replayLog(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
   // Blankets are counted once the whole replay is read (a later entry may retire one), in every
-  // ledger of a shard that has any: made in this replay, or known before it.
+  // ledger of a shard that has any: made in this replay, or known before it. Only in the shards the
+  // entries are of: elsewhere no blanket and no ledger changed, and counting again changes nothing.
+  // (An owner not serving a shard folds each report it reads as a replay of one entry: counting in
+  // every shard each time made a member short of CPU spend more of it the further behind it fell.)
   blankets.replaying = true;
+  let touched: Set<number>;
   try {
-    replayEntries(ledgers, reports, marks, blankets, entries, unmarkedBy);
+    touched = replayEntries(ledgers, reports, marks, blankets, entries, unmarkedBy);
   } finally {
     blankets.replaying = false;
   }
-  for (const shard of blankets.shards()) for (const l of ledgers.inShard(shard)) blankets.inherit(l);
+  const counted = blankets.shards();
+  for (const shard of touched) if (counted.has(shard)) for (const l of ledgers.inShard(shard)) blankets.inherit(l);
 }
 
-function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): void {
+/** Replays `entries`; the shards they are of. */
+function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedMarks, blankets: Blankets, entries: readonly LogEntry[], unmarkedBy: number): Set<number> {
+  const touched = new Set<number>();
   for (const e of entries) {
     if (e.kind === 'blanket') {
       blankets.replay(e.blanket, unmarkedBy);
+      touched.add(e.blanket.shard);
       continue;
     }
     if (e.kind === 'ended') {
       marks.raise(e.shard, e.windowMs, e.end);
+      touched.add(e.shard);
       continue;
     }
     if (e.kind === 'unmarked') {
       marks.unmark(e.shard, e.by ?? unmarkedBy);
+      touched.add(e.shard);
       continue;
     }
     if (e.kind === 'report') {
       for (const r of e.batch.reports) {
         const l = ledgers.ledgerFor(r.keyId, r.windowId, r.windowMs, r.limit);
         const lease = leaseFor(l, e.batch.nodeId, e.batch.nodeEpoch, r.lease);
+        touched.add(l.shard);
         // Counts are cumulative: even a report no newer than what is known adds what it knows. A
         // replayed report (a snapshot's, written from this owner's side) proves nothing about what
         // the node applied: `reported` stays as it was.
@@ -60,6 +71,7 @@ function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedM
     const g = e.grant;
     const l = ledgers.find(g.keyId, g.windowMs, g.windowId) ?? ledgers.ledgerFor(g.keyId, g.windowId, g.windowMs, 0);
     const lease = leaseFor(l, g.nodeId, g.nodeEpoch, g.lease);
+    touched.add(l.shard);
     lease.issued = Math.max(lease.issued, g.issued);
     lease.floated = Math.max(lease.floated, g.floated ?? 0);
     lease.grantSeq = Math.max(lease.grantSeq, g.grantSeq);
@@ -67,6 +79,7 @@ function replayEntries(ledgers: LedgerStore, reports: NodeReports, marks: EndedM
     // stated already stays as stated (what it lets members hold goes by it).
     if (l.unstated === true) l.allowance = Math.max(l.allowance, committed(l));
   }
+  return touched;
 }
 
 /**
