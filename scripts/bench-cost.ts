@@ -203,11 +203,11 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   }
   out.push('');
   const cpu = c.cpu;
+  const beside = cpu.options.besideBare === true;
   out.push(
     `CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
-      (cpu.options.besideBare
-        ? `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, each at the same time as a bare Express run, ${cpu.options.keys} keys; medians over rounds (bare: over all its runs); over bare = median of (run / the bare run beside it)`
-        : `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, interleaved, ${cpu.options.keys} keys; medians over rounds; over bare = median of (run / same round's bare run)`),
+      `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, ${beside ? 'each at the same time as a bare Express run' : 'interleaved'}, ${cpu.options.keys} keys; ` +
+      `medians over rounds${beside ? ' (bare: over all its runs)' : ''}; over bare = median of (run / ${beside ? 'the bare run beside it' : "same round's bare run"})`,
     `  fleet: ${cpu.fleet}`,
   );
   out.push(
