@@ -31,6 +31,8 @@ export interface CpuOptions {
   warmupSeconds: number;
   /** Run each variant at the same time as a bare Express run, and set it against that run. */
   besideBare?: boolean;
+  /** This limiter's plan windows, standalone and in the fleet (each at a limit of 1e9); @default [1000, 60000]. */
+  windowsMs?: number[];
   /**
    * Where the loaded fleet member writes a V8 CPU profile (`node --cpu-prof`) when it exits, for
    * `node dist/scripts/profile-share.js`. The profiler costs that member CPU: its figures are not
@@ -93,7 +95,7 @@ interface Target {
 }
 
 /** Three fleet members over one Redis (a private redis-server unless REDIS_URL is set); the first is loaded. */
-async function startFleet(redis: RedisProcess, profileDir: string | undefined): Promise<CostServer[]> {
+async function startFleet(redis: RedisProcess, windowsMs: number[] | undefined, profileDir: string | undefined): Promise<CostServer[]> {
   const fleet = {
     redisUrl: redis.url,
     keyHashSecret: randomBytes(32).toString('base64url'),
@@ -101,7 +103,7 @@ async function startFleet(redis: RedisProcess, profileDir: string | undefined): 
     prefix: `bench-cost-${process.pid}-${Date.now()}`,
   };
   const profiled = profileDir === undefined ? {} : { execArgv: ['--expose-gc', '--cpu-prof', `--cpu-prof-dir=${profileDir}`] };
-  const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', fleet: { ...fleet, nodeId: `cost-${i}` } }, i === 1 ? profiled : {})));
+  const started = await Promise.allSettled([1, 2, 3].map((i) => startCostServer({ variant: 'fleet', windowsMs, fleet: { ...fleet, nodeId: `cost-${i}` } }, i === 1 ? profiled : {})));
   const servers = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
   const failed = started.find((s) => s.status === 'rejected');
   if (failed) {
@@ -129,14 +131,14 @@ export async function cpuPerRequest(o: CpuOptions, log: (m: string) => void): Pr
   try {
     for (const variant of VARIANTS) {
       if (variant !== 'fleet') {
-        targets.push({ servers: [await startCostServer({ variant })], row: empty(variant) });
+        targets.push({ servers: [await startCostServer({ variant, windowsMs: o.windowsMs })], row: empty(variant) });
         continue;
       }
       try {
         redis = await startRedis();
         log(`cpu: starting a fleet of 3 over ${redis.external ? 'REDIS_URL' : 'a private redis-server'}`);
         if (o.profileDir !== undefined) log(`cpu: the loaded member writes a CPU profile into ${o.profileDir}; its CPU figures include the profiler's`);
-        targets.push({ servers: await startFleet(redis, o.profileDir), row: { ...empty(variant), othersUsPerRequest: [] } });
+        targets.push({ servers: await startFleet(redis, o.windowsMs, o.profileDir), row: { ...empty(variant), othersUsPerRequest: [] } });
       } catch (err) {
         const reason = `fleet over Redis could not start: ${(err as Error).message.split('\n')[0]}`;
         log(`cpu: skipping fleet: ${reason}`);

@@ -19,6 +19,8 @@ export interface CostFlags {
   rounds: number;
   /** `--cost-beside-bare`: each variant's CPU runs at the same time as a bare Express run (`CpuOptions.besideBare`). */
   besideBare: boolean;
+  /** `--cost-windows`: the plan windows of this limiter's CPU runs, standalone and in the fleet (`CpuOptions.windowsMs`). */
+  windowsMs: number[];
   instrWarmup: number;
   instrRequests: number;
   instrBatches: number;
@@ -36,13 +38,15 @@ export const COST_OPTIONS = {
   'cost-rounds': { type: 'string' },
   'cost-profile': { type: 'string' },
   'cost-beside-bare': { type: 'boolean' },
+  'cost-windows': { type: 'string' },
   'instr-warmup': { type: 'string' },
   'instr-requests': { type: 'string' },
   'instr-batches': { type: 'string' },
 } as const;
 
 export const COST_USAGE = `       [--skip-cost | --cost-only] [--skip-callgrind] [--cost-rate R] [--cost-seconds S] [--cost-rounds N]
-       [--cost-beside-bare] [--cost-profile DIR] [--instr-warmup N] [--instr-requests N] [--instr-batches N]`;
+       [--cost-beside-bare] [--cost-windows MS,MS] [--cost-profile DIR] [--instr-warmup N] [--instr-requests N]
+       [--instr-batches N]`;
 
 type Num = (name: string, raw: string | undefined, dflt: number, min: number, max: number, int: boolean) => number;
 type Raw = Partial<Record<keyof typeof COST_OPTIONS, string | boolean>>;
@@ -58,11 +62,13 @@ export function costFlags(v: Raw, num: Num, usage: (m: string) => Error): CostFl
     seconds: num('cost-seconds', str('cost-seconds'), 10, 2, 600, false),
     rounds: num('cost-rounds', str('cost-rounds'), 3, 1, 20, true),
     besideBare: v['cost-beside-bare'] === true,
+    windowsMs: (str('cost-windows') ?? '1000,60000').split(',').map((w) => num('cost-windows', w.trim(), 0, 1000, 31 * 86_400_000, true)),
     instrWarmup: num('instr-warmup', str('instr-warmup'), 3000, 0, 1_000_000, true),
     instrRequests: num('instr-requests', str('instr-requests'), 1000, 100, 100_000, true),
     instrBatches: num('instr-batches', str('instr-batches'), 10, 4, 50, true),
     ...(str('cost-profile') === undefined ? {} : { profileDir: str('cost-profile') }),
   };
+  if (f.windowsMs.length > 8 || new Set(f.windowsMs).size < f.windowsMs.length) throw usage('--cost-windows takes at most 8 distinct windows, in ms');
   if (f.profileDir?.trim() === '') throw usage("--cost-profile needs a directory for the fleet member's CPU profile");
   if (f.skip && f.only) throw usage('--skip-cost and --cost-only exclude each other');
   const tuning = Object.keys(COST_OPTIONS).filter((k) => !['skip-cost', 'cost-only'].includes(k) && v[k as keyof Raw] !== undefined);
@@ -133,7 +139,16 @@ export async function measureCost(f: CostFlags, memoryKeys: number, log: (m: str
   const memory = await keyMemory(memoryKeys);
   log(`cpu: ${f.rate} req/s for ${f.seconds} s x ${f.rounds} rounds per variant`);
   const cpu = await cpuPerRequest(
-    { rate: f.rate, seconds: f.seconds, rounds: f.rounds, keys: 1000, warmupSeconds: 3, besideBare: f.besideBare, ...(f.profileDir === undefined ? {} : { profileDir: f.profileDir }) },
+    {
+      rate: f.rate,
+      seconds: f.seconds,
+      rounds: f.rounds,
+      keys: 1000,
+      warmupSeconds: 3,
+      besideBare: f.besideBare,
+      windowsMs: f.windowsMs,
+      ...(f.profileDir === undefined ? {} : { profileDir: f.profileDir }),
+    },
     log,
   );
   let instructions: Cost['instructions'];
@@ -206,7 +221,8 @@ export function renderCost(c: Cost, table: (rows: (string | number | null)[][]) 
   const beside = cpu.options.besideBare === true;
   out.push(
     `CPU per request at ${cpu.options.rate} req/s offered (utime+stime of the server process from /proc, ${cpu.clockTicksPerSecond} ticks/s): ` +
-      `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, ${beside ? 'each at the same time as a bare Express run' : 'interleaved'}, ${cpu.options.keys} keys; ` +
+      `${cpu.options.rounds} x ${cpu.options.seconds} s per variant, ${beside ? 'each at the same time as a bare Express run' : 'interleaved'}, ${cpu.options.keys} keys, ` +
+      `this limiter's windows ${(cpu.options.windowsMs ?? [1000, 60_000]).map((ms) => `${ms / 1000} s`).join(' + ')}; ` +
       `medians over rounds${beside ? ' (bare: over all its runs)' : ''}; over bare = median of (run / ${beside ? 'the bare run beside it' : "same round's bare run"})`,
     `  fleet: ${cpu.fleet}`,
   );
